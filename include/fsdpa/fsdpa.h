@@ -1,0 +1,198 @@
+// fsdpa: fused scaled-dot-product attention for every head dimension.
+//
+// The contract is ../shared/DESIGN.md; this header is its C++ form.
+//
+//   q   [B, Hq,  Lq, Dqk]        k [B, Hkv, Lk, Dqk]        v [B, Hkv, Lk, Dv]
+//   out [B, Hq,  Lq, Dv ] (written, never read)
+//   lse [B, Hq,  Lq] float32 (optional, written)
+//   mask [B|1, Hq|1, Lq, Lk] additive (f16/bf16/f32) or boolean (true = keep)
+//   sinks [Hq] float32
+//
+// out_i = sum_j softmax_j(scale * q_i . k_j + mask_ij) v_j, with causal and
+// sliding-window masking, sinks in the denominator, fully masked rows = 0.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace fsdpa {
+
+// ---------------------------------------------------------------- errors
+
+// Every message starts with "fsdpa: ".
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+// Bad input: names the argument, the expected and the actual value.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+// No kernel can serve the request (ForceFused without a fused kernel, a
+// backend that is not built): names the constraint, allowed and actual value.
+class Unsupported : public Error {
+ public:
+  using Error::Error;
+};
+// A CUDA call failed: names the call.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// --------------------------------------------------------------- tensors
+
+enum class DType : uint8_t { F16 = 0, BF16 = 1, F32 = 2, Bool = 3 };
+enum class DeviceType : uint8_t { CPU = 0, CUDA = 1 };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+};
+
+inline constexpr int kMaxRank = 4;
+
+// A strided view of memory owned by the caller. Strides are in elements.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::F32;
+  Device device{};
+  int rank = 0;
+  std::array<int64_t, kMaxRank> sizes{};
+  std::array<int64_t, kMaxRank> strides{};
+};
+
+// Row-major (C-contiguous) view.
+TensorView contiguous_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                           Device device = {});
+// View with explicit strides (elements).
+TensorView strided_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
+                        std::initializer_list<int64_t> strides, Device device = {});
+
+const char* to_string(DType dtype);
+const char* to_string(DeviceType type);
+size_t element_size(DType dtype);
+
+// --------------------------------------------------------------- options
+
+// Which diagonal causal masking is anchored to. BottomRight (FlashAttention
+// >= 2.1, MLX): query i sees keys j <= i + (Lk - Lq). TopLeft: j <= i.
+enum class CausalAlign : uint8_t { BottomRight = 0, TopLeft = 1 };
+
+enum class Policy : uint8_t {
+  Auto = 0,        // the fastest correct path; unfused only where nothing fused can serve
+  ForceFused = 1,  // never fall back: raise Unsupported instead
+  Unfused = 2,     // the materializing path (GPU: GEMMs + softmax; CPU: float64 reference)
+};
+
+struct Options {
+  // Defaults to 1/sqrt(Dqk). Must be finite and > 0.
+  std::optional<double> scale;
+  bool causal = false;
+  CausalAlign causal_align = CausalAlign::BottomRight;
+  // Sliding window: key j is also masked when j < i + offset - window_left,
+  // with offset = Lk - Lq (BottomRight) or 0 (TopLeft). Must be >= 0.
+  std::optional<int64_t> window_left;
+  // Unset: the environment variable FSDPA_POLICY (auto|fused|unfused), else Auto.
+  std::optional<Policy> policy;
+  // f32 inputs on the GPU may use TF32 tensor cores (~1e-3 relative error).
+  bool allow_tf32 = false;
+};
+
+// The tensors of one call. out and lse are written; everything else is read.
+struct Tensors {
+  TensorView q, k, v, out;
+  std::optional<TensorView> mask;   // [B|1, Hq|1, Lq, Lk]; Bool = keep, else additive
+  std::optional<TensorView> sinks;  // [Hq] f32
+  std::optional<TensorView> lse;    // [B, Hq, Lq] f32
+};
+
+// --------------------------------------------------------------- planning
+
+enum class MaskKind : uint8_t { None = 0, Additive = 1, Boolean = 2 };
+
+// The shape and layout facts that select a kernel.
+struct Problem {
+  int64_t batch = 0;
+  int64_t heads_q = 0;
+  int64_t heads_kv = 0;
+  int64_t len_q = 0;
+  int64_t len_k = 0;
+  int64_t head_dim_qk = 0;
+  int64_t head_dim_v = 0;
+  DType dtype = DType::F16;
+  Device device{};
+  MaskKind mask = MaskKind::None;
+  DType mask_dtype = DType::F32;  // meaningful when mask != None
+  bool has_sinks = false;
+  bool has_lse = false;
+  // q, k, v, out have stride 1 in the last dimension and every row starts
+  // 16-byte aligned (what fused GPU kernels load with 16-byte accesses).
+  bool rows_contiguous_aligned = true;
+  // v is a view of the first Dv columns of k (MLA absorbed decode).
+  bool v_aliases_k = false;
+};
+
+// Validates the tensors and options and derives the Problem.
+// Throws InvalidArgument naming the first bad argument.
+Problem describe(const Tensors& tensors, const Options& options = {});
+
+enum class Backend : uint8_t { CPU = 0, CUDA = 1 };
+enum class Path : uint8_t { FusedPrefill = 0, FusedDecode = 1, Unfused = 2 };
+
+const char* to_string(Backend backend);
+const char* to_string(Path path);
+const char* to_string(Policy policy);
+
+// What will run, as decided by the selection table.
+struct Plan {
+  Problem problem;
+  Options options;     // as given
+  Policy policy = Policy::Auto;  // resolved (options, FSDPA_POLICY, default)
+  double scale = 0.0;  // resolved
+  Backend backend = Backend::CPU;
+  Path path = Path::Unfused;
+  std::string kernel;
+  int64_t head_dim_qk_bucket = 0;  // compiled head-dim bucket (0 where none)
+  int64_t head_dim_v_bucket = 0;
+  double pad_ratio = 1.0;  // (bucket_qk + bucket_v) / (Dqk + Dv)
+  int64_t tile_q = 0;
+  int64_t tile_k = 0;
+  int64_t num_kv_splits = 1;
+  int num_threads = 1;  // CPU backend
+  size_t workspace_bytes = 0;
+  std::string fallback_reason;  // why Auto did not take a fused path; empty otherwise
+  int table_row = -1;           // selection-table row (internal)
+
+  // Multi-line human-readable description.
+  std::string explain() const;
+};
+
+// Chooses the kernel for a problem. Throws Unsupported when the policy cannot
+// be honoured (ForceFused without a fused kernel, a backend not built).
+Plan plan(const Problem& problem, const Options& options = {});
+
+// Launches the planned kernel. Checks that the tensors match the plan; no
+// allocation, no host synchronization on the GPU. workspace must hold
+// plan.workspace_bytes (nullptr when that is 0). stream is a cudaStream_t for
+// CUDA plans (nullptr = default stream) and must be nullptr for CPU plans.
+void run(const Plan& plan, const Tensors& tensors, void* workspace = nullptr,
+         size_t workspace_bytes = 0, void* stream = nullptr);
+
+// describe + plan + allocate workspace + run (+ free). On the GPU the
+// workspace is freed stream-ordered; the call does not synchronize.
+void attention(const Tensors& tensors, const Options& options = {}, void* stream = nullptr);
+
+// Human-readable support matrix derived from the selection table.
+std::string support_matrix();
+
+// Library version string.
+const char* version();
+
+}  // namespace fsdpa

@@ -1,0 +1,62 @@
+// Element access on TensorView, shared by the CPU paths and the tests.
+#pragma once
+
+#include <cstdint>
+
+#include "core/half.h"
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::detail {
+
+inline int64_t offset_of(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0,
+                         int64_t i3 = 0) {
+  return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3];
+}
+
+// Reads element `offset` (in elements) of a buffer of `dtype` as float.
+inline float load_as_float(const void* data, DType dtype, int64_t offset) {
+  switch (dtype) {
+    case DType::F32:
+      return static_cast<const float*>(data)[offset];
+    case DType::F16:
+      return f16_to_float(static_cast<const uint16_t*>(data)[offset]);
+    case DType::BF16:
+      return bf16_to_float(static_cast<const uint16_t*>(data)[offset]);
+    case DType::Bool:
+      return static_cast<const bool*>(data)[offset] ? 1.0f : 0.0f;
+  }
+  throw Error("fsdpa: internal: load_as_float of unknown dtype");
+}
+
+inline void store_from_float(void* data, DType dtype, int64_t offset, float value) {
+  switch (dtype) {
+    case DType::F32:
+      static_cast<float*>(data)[offset] = value;
+      return;
+    case DType::F16:
+      static_cast<uint16_t*>(data)[offset] = float_to_f16(value);
+      return;
+    case DType::BF16:
+      static_cast<uint16_t*>(data)[offset] = float_to_bf16(value);
+      return;
+    case DType::Bool:
+      break;
+  }
+  throw Error("fsdpa: internal: store_from_float to unsupported dtype");
+}
+
+inline int64_t element_count(const TensorView& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.rank; ++d) n *= t.sizes[d];
+  return n;
+}
+
+// The four dims of a rank-4 view, with the strides of size-1 dims set to 0,
+// so broadcasting and indexing need no special case.
+inline TensorView broadcast_strides(TensorView t) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] == 1) t.strides[d] = 0;
+  return t;
+}
+
+}  // namespace fsdpa::detail

@@ -1,0 +1,322 @@
+#include "core/validate.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/tensor.h"
+
+namespace fsdpa {
+
+namespace detail {
+
+void throw_invalid(const std::string& message) { throw InvalidArgument("fsdpa: " + message); }
+
+namespace {
+
+std::string str(double value) {
+  std::ostringstream s;
+  s << value;
+  return s.str();
+}
+
+bool known(DType dtype) {
+  switch (dtype) {
+    case DType::F16:
+    case DType::BF16:
+    case DType::F32:
+    case DType::Bool:
+      return true;
+  }
+  return false;
+}
+
+bool known(DeviceType type) {
+  switch (type) {
+    case DeviceType::CPU:
+    case DeviceType::CUDA:
+      return true;
+  }
+  return false;
+}
+
+std::string device_name(Device device) {
+  return std::string(to_string(device.type)) + ":" + std::to_string(device.index);
+}
+
+// Checks that hold for every tensor argument, whatever its role.
+void check_view(const TensorView& t, const char* name, int rank, const char* layout) {
+  if (t.rank != rank)
+    throw_invalid(std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
+                  ", got rank " + std::to_string(t.rank));
+  if (!known(t.dtype))
+    throw_invalid(std::string(name) + ": unknown dtype value " +
+                  std::to_string(static_cast<int>(t.dtype)));
+  if (!known(t.device.type))
+    throw_invalid(std::string(name) + ": unknown device type value " +
+                  std::to_string(static_cast<int>(t.device.type)));
+  if (t.device.index < 0)
+    throw_invalid(std::string(name) + ": device index must be >= 0, got " +
+                  std::to_string(t.device.index));
+  for (int d = 0; d < rank; ++d) {
+    if (t.sizes[d] < 0)
+      throw_invalid(std::string(name) + ": size " + std::to_string(d) + " must be >= 0, got " +
+                    std::to_string(t.sizes[d]));
+    if (t.strides[d] < 0)
+      throw_invalid(std::string(name) + ": stride " + std::to_string(d) + " is " +
+                    std::to_string(t.strides[d]) + "; negative strides are not supported");
+  }
+  if (t.data == nullptr && element_count(t) > 0)
+    throw_invalid(std::string(name) + ": data is null but the tensor has " +
+                  std::to_string(element_count(t)) + " elements");
+}
+
+void check_same_device(const TensorView& t, const char* name, const TensorView& q) {
+  if (t.device.type != q.device.type || t.device.index != q.device.index)
+    throw_invalid(std::string(name) + ": on device " + device_name(t.device) +
+                  ", expected q's device " + device_name(q.device));
+}
+
+void check_size(const TensorView& t, const char* name, int dim, const char* what,
+                int64_t expected, const char* source) {
+  if (t.sizes[dim] != expected)
+    throw_invalid(std::string(name) + ": size " + std::to_string(dim) + " (" + what + ") is " +
+                  std::to_string(t.sizes[dim]) + ", expected " + std::to_string(expected) + " (" +
+                  source + ")");
+}
+
+// Broadcastable dim of a mask: the full size or 1.
+void check_broadcast_size(const TensorView& t, const char* name, int dim, const char* what,
+                          int64_t expected, const char* source) {
+  if (t.sizes[dim] != expected && t.sizes[dim] != 1)
+    throw_invalid(std::string(name) + ": size " + std::to_string(dim) + " (" + what + ") is " +
+                  std::to_string(t.sizes[dim]) + ", expected 1 or " + std::to_string(expected) +
+                  " (" + source + "); the mask must broadcast to [B, Hq, Lq, Lk]");
+}
+
+// Outputs must not write one element twice.
+void check_no_zero_stride(const TensorView& t, const char* name) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] > 1 && t.strides[d] == 0)
+      throw_invalid(std::string(name) + ": stride " + std::to_string(d) +
+                    " is 0 with size " + std::to_string(t.sizes[d]) +
+                    "; an output cannot be broadcast");
+}
+
+struct ByteRange {
+  uintptr_t begin = 0;
+  uintptr_t end = 0;  // one past the last byte
+  bool empty() const { return begin == end; }
+};
+
+ByteRange byte_range(const TensorView& t) {
+  if (t.data == nullptr || element_count(t) == 0) return {};
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * element_size(t.dtype))};
+}
+
+void check_disjoint(const TensorView& output, const char* output_name, const TensorView& input,
+                    const char* input_name) {
+  ByteRange a = byte_range(output), b = byte_range(input);
+  if (a.empty() || b.empty()) return;
+  if (a.begin < b.end && b.begin < a.end)
+    throw_invalid(std::string(output_name) + ": overlaps the memory of " + input_name +
+                  "; outputs must not alias inputs");
+}
+
+bool rows_aligned(const TensorView& t) {
+  if (t.strides[3] != 1 && t.sizes[3] > 1) return false;
+  size_t bytes = element_size(t.dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.sizes[d] > 1 && (static_cast<size_t>(t.strides[d]) * bytes) % 16 != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+void check_options(const Options& options) {
+  if (options.scale && !(std::isfinite(*options.scale) && *options.scale > 0.0))
+    throw_invalid("scale: expected a finite value > 0, got " + str(*options.scale));
+  if (options.window_left && *options.window_left < 0)
+    throw_invalid("window_left: expected >= 0, got " + std::to_string(*options.window_left));
+  switch (options.causal_align) {
+    case CausalAlign::BottomRight:
+    case CausalAlign::TopLeft:
+      break;
+    default:
+      throw_invalid("causal_align: unknown value " +
+                    std::to_string(static_cast<int>(options.causal_align)));
+  }
+  if (options.policy) {
+    switch (*options.policy) {
+      case Policy::Auto:
+      case Policy::ForceFused:
+      case Policy::Unfused:
+        break;
+      default:
+        throw_invalid("policy: unknown value " + std::to_string(static_cast<int>(*options.policy)));
+    }
+  }
+}
+
+double resolve_scale(const Options& options, int64_t head_dim_qk) {
+  if (options.scale) return *options.scale;
+  return head_dim_qk > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim_qk)) : 1.0;
+}
+
+Policy resolve_policy(const Options& options) {
+  if (options.policy) return *options.policy;
+  const char* env = std::getenv("FSDPA_POLICY");
+  if (env == nullptr || *env == '\0') return Policy::Auto;
+  if (std::strcmp(env, "auto") == 0) return Policy::Auto;
+  if (std::strcmp(env, "fused") == 0) return Policy::ForceFused;
+  if (std::strcmp(env, "unfused") == 0) return Policy::Unfused;
+  throw_invalid(std::string("FSDPA_POLICY: expected auto, fused or unfused, got '") + env + "'");
+}
+
+void check_matches_plan(const Problem& planned, const Problem& actual) {
+  auto differ = [](const char* what, int64_t expected, int64_t got) {
+    throw_invalid("tensors do not match the plan: " + std::string(what) + " is " +
+                  std::to_string(got) + ", the plan was made for " + std::to_string(expected));
+  };
+  if (planned.batch != actual.batch) differ("batch", planned.batch, actual.batch);
+  if (planned.heads_q != actual.heads_q) differ("heads_q", planned.heads_q, actual.heads_q);
+  if (planned.heads_kv != actual.heads_kv) differ("heads_kv", planned.heads_kv, actual.heads_kv);
+  if (planned.len_q != actual.len_q) differ("len_q", planned.len_q, actual.len_q);
+  if (planned.len_k != actual.len_k) differ("len_k", planned.len_k, actual.len_k);
+  if (planned.head_dim_qk != actual.head_dim_qk)
+    differ("head_dim_qk", planned.head_dim_qk, actual.head_dim_qk);
+  if (planned.head_dim_v != actual.head_dim_v)
+    differ("head_dim_v", planned.head_dim_v, actual.head_dim_v);
+  if (planned.dtype != actual.dtype)
+    throw_invalid(std::string("tensors do not match the plan: dtype is ") +
+                  to_string(actual.dtype) + ", the plan was made for " + to_string(planned.dtype));
+  if (planned.device.type != actual.device.type || planned.device.index != actual.device.index)
+    throw_invalid("tensors do not match the plan: device is " + device_name(actual.device) +
+                  ", the plan was made for " + device_name(planned.device));
+  if (planned.mask != actual.mask || (actual.mask == MaskKind::Additive &&
+                                      planned.mask_dtype != actual.mask_dtype))
+    throw_invalid("tensors do not match the plan: the mask kind or dtype differs");
+  if (planned.has_sinks != actual.has_sinks)
+    throw_invalid("tensors do not match the plan: sinks are " +
+                  std::string(actual.has_sinks ? "given" : "missing"));
+  if (planned.has_lse != actual.has_lse)
+    throw_invalid("tensors do not match the plan: lse is " +
+                  std::string(actual.has_lse ? "given" : "missing"));
+  if (planned.rows_contiguous_aligned && !actual.rows_contiguous_aligned)
+    throw_invalid(
+        "tensors do not match the plan: the plan needs rows with stride 1 and 16-byte "
+        "alignment");
+  if (planned.v_aliases_k != actual.v_aliases_k)
+    throw_invalid("tensors do not match the plan: v aliasing k differs");
+}
+
+}  // namespace detail
+
+using detail::check_view;
+
+Problem describe(const Tensors& t, const Options& options) {
+  using namespace detail;
+  check_options(options);
+
+  check_view(t.q, "q", 4, "[B, Hq, Lq, Dqk]");
+  check_view(t.k, "k", 4, "[B, Hkv, Lk, Dqk]");
+  check_view(t.v, "v", 4, "[B, Hkv, Lk, Dv]");
+  check_view(t.out, "out", 4, "[B, Hq, Lq, Dv]");
+
+  const TensorView& q = t.q;
+  if (q.dtype == DType::Bool) throw_invalid("q: dtype bool is not supported; use f16, bf16 or f32");
+  for (const auto& [view, name] :
+       {std::pair{&t.k, "k"}, std::pair{&t.v, "v"}, std::pair{&t.out, "out"}}) {
+    if (view->dtype != q.dtype)
+      throw_invalid(std::string(name) + ": dtype " + to_string(view->dtype) +
+                    " differs from q's dtype " + to_string(q.dtype));
+    check_same_device(*view, name, q);
+  }
+
+  Problem p;
+  p.batch = q.sizes[0];
+  p.heads_q = q.sizes[1];
+  p.len_q = q.sizes[2];
+  p.head_dim_qk = q.sizes[3];
+  p.heads_kv = t.k.sizes[1];
+  p.len_k = t.k.sizes[2];
+  p.head_dim_v = t.v.sizes[3];
+  p.dtype = q.dtype;
+  p.device = q.device;
+
+  check_size(t.k, "k", 0, "batch", p.batch, "q's batch");
+  check_size(t.k, "k", 3, "head_dim_qk", p.head_dim_qk, "q's head_dim_qk");
+  check_size(t.v, "v", 0, "batch", p.batch, "q's batch");
+  check_size(t.v, "v", 1, "heads_kv", p.heads_kv, "k's heads_kv");
+  check_size(t.v, "v", 2, "len_k", p.len_k, "k's len_k");
+  check_size(t.out, "out", 0, "batch", p.batch, "q's batch");
+  check_size(t.out, "out", 1, "heads_q", p.heads_q, "q's heads_q");
+  check_size(t.out, "out", 2, "len_q", p.len_q, "q's len_q");
+  check_size(t.out, "out", 3, "head_dim_v", p.head_dim_v, "v's head_dim_v");
+  if (p.heads_kv == 0 && p.heads_q > 0)
+    throw_invalid("k: heads_kv is 0 but q has heads_q=" + std::to_string(p.heads_q));
+  if (p.heads_kv > 0 && p.heads_q % p.heads_kv != 0)
+    throw_invalid("heads: heads_q=" + std::to_string(p.heads_q) +
+                  " is not a multiple of heads_kv=" + std::to_string(p.heads_kv));
+  check_no_zero_stride(t.out, "out");
+  check_disjoint(t.out, "out", t.q, "q");
+  check_disjoint(t.out, "out", t.k, "k");
+  check_disjoint(t.out, "out", t.v, "v");
+
+  if (t.mask) {
+    const TensorView& m = *t.mask;
+    check_view(m, "mask", 4, "[B|1, Hq|1, Lq, Lk]");
+    check_same_device(m, "mask", q);
+    check_broadcast_size(m, "mask", 0, "batch", p.batch, "q's batch");
+    check_broadcast_size(m, "mask", 1, "heads", p.heads_q, "q's heads_q");
+    check_broadcast_size(m, "mask", 2, "len_q", p.len_q, "q's len_q");
+    check_broadcast_size(m, "mask", 3, "len_k", p.len_k, "k's len_k");
+    p.mask = m.dtype == DType::Bool ? MaskKind::Boolean : MaskKind::Additive;
+    p.mask_dtype = m.dtype;
+    check_disjoint(t.out, "out", m, "mask");
+  }
+  if (t.sinks) {
+    const TensorView& s = *t.sinks;
+    check_view(s, "sinks", 1, "[Hq]");
+    if (s.dtype != DType::F32)
+      throw_invalid(std::string("sinks: dtype must be f32, got ") + to_string(s.dtype));
+    check_same_device(s, "sinks", q);
+    if (s.sizes[0] != p.heads_q)
+      throw_invalid("sinks: length is " + std::to_string(s.sizes[0]) + ", expected heads_q=" +
+                    std::to_string(p.heads_q));
+    p.has_sinks = true;
+    check_disjoint(t.out, "out", s, "sinks");
+  }
+  if (t.lse) {
+    const TensorView& l = *t.lse;
+    check_view(l, "lse", 3, "[B, Hq, Lq]");
+    if (l.dtype != DType::F32)
+      throw_invalid(std::string("lse: dtype must be f32, got ") + to_string(l.dtype));
+    check_same_device(l, "lse", q);
+    check_size(l, "lse", 0, "batch", p.batch, "q's batch");
+    check_size(l, "lse", 1, "heads_q", p.heads_q, "q's heads_q");
+    check_size(l, "lse", 2, "len_q", p.len_q, "q's len_q");
+    check_no_zero_stride(l, "lse");
+    check_disjoint(l, "lse", t.q, "q");
+    check_disjoint(l, "lse", t.k, "k");
+    check_disjoint(l, "lse", t.v, "v");
+    check_disjoint(l, "lse", t.out, "out");
+    if (t.mask) check_disjoint(l, "lse", *t.mask, "mask");
+    if (t.sinks) check_disjoint(l, "lse", *t.sinks, "sinks");
+    p.has_lse = true;
+  }
+
+  p.rows_contiguous_aligned =
+      rows_aligned(t.q) && rows_aligned(t.k) && rows_aligned(t.v) && rows_aligned(t.out);
+  p.v_aliases_k = t.v.data == t.k.data && t.v.strides[0] == t.k.strides[0] &&
+                  t.v.strides[1] == t.k.strides[1] && t.v.strides[2] == t.k.strides[2] &&
+                  t.v.strides[3] == t.k.strides[3] && p.head_dim_v <= p.head_dim_qk;
+  return p;
+}
+
+}  // namespace fsdpa

@@ -1,0 +1,126 @@
+// The float64 reference: every semantic of DESIGN.md §1, written to be read.
+// One query row at a time: scores for all visible keys, softmax with the
+// sink in the denominator, weighted sum of values.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/semantics.h"
+#include "core/tensor.h"
+#include "core/validate.h"
+#include "cpu/cpu.h"
+
+namespace fsdpa::detail::cpu {
+
+namespace {
+
+constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+
+// Computes out[b, h, row, :] into out_row (Dv doubles) and returns the LSE.
+// scores must hold len_k doubles.
+double reference_row(const Problem& p, const Options& options, double scale, const Tensors& t,
+                     int64_t b, int64_t h, int64_t row, double* scores, double* out_row) {
+  const int64_t kv_head = h / (p.heads_q / p.heads_kv);
+  const KeyRange visible = visible_keys(options, p.len_q, p.len_k, row);
+  const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
+
+  // Scores; -inf marks a key that is masked out.
+  double row_max = kMinusInf;
+  for (int64_t j = 0; j < p.len_k; ++j) {
+    scores[j] = kMinusInf;
+    if (j < visible.begin || j >= visible.end) continue;
+    double mask_value = 0.0;
+    if (p.mask != MaskKind::None) {
+      mask_value = load_as_float(mask.data, mask.dtype, offset_of(mask, b, h, row, j));
+      if (p.mask == MaskKind::Boolean) {
+        if (mask_value == 0.0) continue;
+        mask_value = 0.0;
+      }
+    }
+    double dot = 0.0;
+    for (int64_t d = 0; d < p.head_dim_qk; ++d)
+      dot += static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
+             static_cast<double>(
+                 load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
+    scores[j] = scale * dot + mask_value;
+    row_max = std::max(row_max, scores[j]);
+  }
+
+  // The sink joins the denominator (and the max, for stability) only.
+  const double sink =
+      p.has_sinks ? static_cast<double>(load_as_float(t.sinks->data, DType::F32,
+                                                      h * t.sinks->strides[0]))
+                  : kMinusInf;
+  row_max = std::max(row_max, sink);
+
+  for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] = 0.0;
+  if (row_max == kMinusInf) return kMinusInf;  // fully masked: exactly 0, lse = -inf
+
+  double denominator = std::exp(sink - row_max);  // 0 without a sink
+  for (int64_t j = 0; j < p.len_k; ++j) {
+    if (scores[j] == kMinusInf) continue;
+    const double weight = std::exp(scores[j] - row_max);
+    denominator += weight;
+    for (int64_t d = 0; d < p.head_dim_v; ++d)
+      out_row[d] +=
+          weight * static_cast<double>(
+                       load_as_float(t.v.data, p.dtype, offset_of(t.v, b, kv_head, j, d)));
+  }
+  for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] /= denominator;
+  return row_max + std::log(denominator);
+}
+
+template <typename RowSink>
+void for_each_row(const Problem& p, const Options& options, const Tensors& t, double* scores,
+                  double* out_row, RowSink&& sink) {
+  const double scale = resolve_scale(options, p.head_dim_qk);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.len_q; ++i) {
+        double lse = reference_row(p, options, scale, t, b, h, i, scores, out_row);
+        sink(b, h, i, out_row, lse);
+      }
+}
+
+}  // namespace
+
+ReferenceResult reference_attention(const Tensors& t, const Options& options) {
+  const Problem p = describe(t, options);
+  ReferenceResult result;
+  result.out.resize(static_cast<size_t>(p.batch * p.heads_q * p.len_q * p.head_dim_v));
+  result.lse.resize(static_cast<size_t>(p.batch * p.heads_q * p.len_q));
+  std::vector<double> scores(static_cast<size_t>(p.len_k));
+  std::vector<double> out_row(static_cast<size_t>(p.head_dim_v));
+  for_each_row(p, options, t, scores.data(), out_row.data(),
+               [&](int64_t b, int64_t h, int64_t i, const double* row, double lse) {
+                 const int64_t r = (b * p.heads_q + h) * p.len_q + i;
+                 for (int64_t d = 0; d < p.head_dim_v; ++d)
+                   result.out[static_cast<size_t>(r * p.head_dim_v + d)] = row[d];
+                 result.lse[static_cast<size_t>(r)] = lse;
+               });
+  return result;
+}
+
+Verdict reference_supports(const Problem&, const Options&) { return Verdict::yes(); }
+
+void reference_configure(const Problem& problem, Plan& plan) {
+  plan.num_threads = 1;
+  plan.workspace_bytes = static_cast<size_t>(problem.len_k + problem.head_dim_v) * sizeof(double);
+}
+
+void reference_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
+  const Problem& p = plan.problem;
+  double* scores = static_cast<double*>(workspace);
+  double* out_row = scores + p.len_k;
+  for_each_row(p, plan.options, t, scores, out_row,
+               [&](int64_t b, int64_t h, int64_t i, const double* row, double lse) {
+                 for (int64_t d = 0; d < p.head_dim_v; ++d)
+                   store_from_float(t.out.data, p.dtype, offset_of(t.out, b, h, i, d),
+                                    static_cast<float>(row[d]));
+                 if (t.lse)
+                   store_from_float(t.lse->data, DType::F32, offset_of(*t.lse, b, h, i),
+                                    static_cast<float>(lse));
+               });
+}
+
+}  // namespace fsdpa::detail::cpu

@@ -1,0 +1,259 @@
+// plan(), run(), attention() and the support matrix: everything here reads
+// the selection table and nothing else.
+#include <cstdlib>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "core/validate.h"
+#include "select/table.h"
+
+#if FSDPA_WITH_CUDA
+#include "cuda/common/device.h"
+#endif
+
+namespace fsdpa {
+
+using detail::KernelRow;
+using detail::selection_table;
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::CPU:
+      return "cpu";
+    case Backend::CUDA:
+      return "cuda";
+  }
+  return "unknown-backend";
+}
+
+const char* to_string(Path path) {
+  switch (path) {
+    case Path::FusedPrefill:
+      return "fused-prefill";
+    case Path::FusedDecode:
+      return "fused-decode";
+    case Path::Unfused:
+      return "unfused";
+  }
+  return "unknown-path";
+}
+
+const char* to_string(Policy policy) {
+  switch (policy) {
+    case Policy::Auto:
+      return "auto";
+    case Policy::ForceFused:
+      return "fused";
+    case Policy::Unfused:
+      return "unfused";
+  }
+  return "unknown-policy";
+}
+
+const char* version() { return FSDPA_VERSION; }
+
+namespace {
+
+Backend backend_for(Device device) {
+  switch (device.type) {
+    case DeviceType::CPU:
+      return Backend::CPU;
+    case DeviceType::CUDA:
+      return Backend::CUDA;
+  }
+  detail::throw_invalid("device: unknown device type value " +
+                        std::to_string(static_cast<int>(device.type)));
+}
+
+Plan make_plan(const Problem& problem, const Options& options, Policy policy, int row_index,
+               std::string fallback_reason) {
+  const KernelRow& row = selection_table()[row_index];
+  Plan p;
+  p.problem = problem;
+  p.options = options;
+  p.policy = policy;
+  p.scale = detail::resolve_scale(options, problem.head_dim_qk);
+  p.backend = row.backend;
+  p.path = row.path;
+  p.kernel = row.name;
+  p.table_row = row_index;
+  p.fallback_reason = std::move(fallback_reason);
+  row.configure(problem, p);
+  return p;
+}
+
+}  // namespace
+
+Plan plan(const Problem& problem, const Options& options) {
+  detail::check_options(options);
+  const Policy policy = detail::resolve_policy(options);
+  const Backend backend = backend_for(problem.device);
+  if (!detail::backend_built(backend))
+    throw Unsupported(std::string("fsdpa: no kernel: backend ") + to_string(backend) +
+                      " is not built into this library (configure with FSDPA_CUDA=ON and nvcc)");
+
+  auto table = selection_table();
+  std::string reasons;  // why each fused row of this backend declined
+  int unfused_row = -1;
+  for (int i = 0; i < static_cast<int>(table.size()); ++i) {
+    const KernelRow& row = table[i];
+    if (row.backend != backend) continue;
+    if (row.path == Path::Unfused) {
+      if (unfused_row < 0) unfused_row = i;
+      continue;
+    }
+    if (policy == Policy::Unfused) continue;
+    detail::Verdict verdict = row.supports(problem, options);
+    if (verdict.ok) return make_plan(problem, options, policy, i, "");
+    reasons += (reasons.empty() ? "" : "; ") + std::string(row.name) + ": " + verdict.reason;
+  }
+  if (reasons.empty() && policy != Policy::Unfused)
+    reasons = std::string("backend ") + to_string(backend) + " has no fused kernel yet";
+
+  if (policy == Policy::ForceFused) throw Unsupported("fsdpa: no fused kernel: " + reasons);
+  if (unfused_row < 0)
+    throw Unsupported(std::string("fsdpa: no kernel: backend ") + to_string(backend) +
+                      " has no unfused path yet" + (reasons.empty() ? "" : "; " + reasons));
+  return make_plan(problem, options, policy, unfused_row,
+                   policy == Policy::Unfused ? "policy is unfused" : reasons);
+}
+
+void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t workspace_bytes,
+         void* stream) {
+  auto table = selection_table();
+  if (plan.table_row < 0 || plan.table_row >= static_cast<int>(table.size()) ||
+      plan.kernel != table[plan.table_row].name)
+    detail::throw_invalid("plan: not made by fsdpa::plan() of this library (kernel '" +
+                          plan.kernel + "')");
+  const Problem actual = describe(tensors, plan.options);
+  detail::check_matches_plan(plan.problem, actual);
+  if (workspace_bytes < plan.workspace_bytes)
+    detail::throw_invalid("workspace: " + std::to_string(workspace_bytes) +
+                          " bytes given, the plan needs " + std::to_string(plan.workspace_bytes));
+  if (plan.workspace_bytes > 0 && workspace == nullptr)
+    detail::throw_invalid("workspace: null, the plan needs " +
+                          std::to_string(plan.workspace_bytes) + " bytes");
+  if (plan.backend == Backend::CPU && stream != nullptr)
+    detail::throw_invalid("stream: must be null for a CPU plan");
+  table[plan.table_row].launch(plan, tensors, workspace, stream);
+}
+
+void attention(const Tensors& tensors, const Options& options, void* stream) {
+  const Plan p = plan(describe(tensors, options), options);
+  if (p.backend == Backend::CPU) {
+    std::unique_ptr<std::byte[]> workspace(
+        p.workspace_bytes ? new std::byte[p.workspace_bytes] : nullptr);
+    run(p, tensors, workspace.get(), p.workspace_bytes, stream);
+    return;
+  }
+#if FSDPA_WITH_CUDA
+  detail::cuda::StreamWorkspace workspace(p.workspace_bytes, p.problem.device.index, stream);
+  run(p, tensors, workspace.data(), p.workspace_bytes, stream);
+#else
+  throw Unsupported("fsdpa: no kernel: backend cuda is not built into this library");
+#endif
+}
+
+std::string Plan::explain() const {
+  std::ostringstream s;
+  const Problem& pr = problem;
+  s << "problem   B=" << pr.batch << " Hq=" << pr.heads_q << " Hkv=" << pr.heads_kv
+    << " Lq=" << pr.len_q << " Lk=" << pr.len_k << " Dqk=" << pr.head_dim_qk
+    << " Dv=" << pr.head_dim_v << " dtype=" << to_string(pr.dtype)
+    << " device=" << to_string(pr.device.type) << ":" << pr.device.index << "\n";
+  s << "features  causal=" << (options.causal ? (options.causal_align == CausalAlign::TopLeft
+                                                     ? "top-left"
+                                                     : "bottom-right")
+                                              : "no")
+    << " window=" << (options.window_left ? std::to_string(*options.window_left) : "none")
+    << " mask="
+    << (pr.mask == MaskKind::None       ? "none"
+        : pr.mask == MaskKind::Additive ? std::string("additive-") + to_string(pr.mask_dtype)
+                                        : "boolean")
+    << " sinks=" << (pr.has_sinks ? "yes" : "no") << " lse=" << (pr.has_lse ? "yes" : "no")
+    << " scale=" << scale << "\n";
+  s << "policy    " << to_string(policy) << "\n";
+  s << "backend   " << to_string(backend) << "\n";
+  s << "path      " << to_string(path) << "\n";
+  s << "kernel    " << kernel << "\n";
+  if (head_dim_qk_bucket > 0)
+    s << "bucket    " << head_dim_qk_bucket << "/" << head_dim_v_bucket << " (pad ratio "
+      << std::fixed << std::setprecision(3) << pad_ratio << std::defaultfloat << ")\n";
+  if (tile_q > 0) s << "tiles     " << tile_q << " queries x " << tile_k << " keys\n";
+  s << "splits    " << num_kv_splits << "\n";
+  if (backend == Backend::CPU) s << "threads   " << num_threads << "\n";
+  s << "workspace " << workspace_bytes << " bytes\n";
+  if (!fallback_reason.empty()) s << "fallback  " << fallback_reason << "\n";
+  return s.str();
+}
+
+std::string support_matrix() {
+  struct Shape {
+    int64_t dqk, dv;
+    const char* where;
+  };
+  // Head dims of MODELS.md plus the awkward ones and one past every limit.
+  static const Shape kShapes[] = {
+      {1, 1, "smallest"},      {64, 64, "llama, whisper"},  {72, 72, "qwen3-vl, siglip"},
+      {80, 80, "vit-h14"},     {90, 90, "odd-90"},          {96, 96, "phi3"},
+      {96, 64, "minicpm3"},    {104, 104, "clip-bigg"},     {128, 128, "llama3"},
+      {160, 160, "-"},         {192, 128, "deepseek prefill"}, {256, 256, "gemma2, qwen3.6"},
+      {288, 288, "paligemma2"}, {512, 512, "gemma4"},       {576, 512, "deepseek decode"},
+      {1040, 1040, "-"},
+  };
+  struct Column {
+    const char* title;
+    int64_t len_q;
+  };
+  static const Column kColumns[] = {{"prefill (Lq=4096)", 4096}, {"decode (Lq=1)", 1}};
+
+  std::ostringstream s;
+  s << "Selection table rows (priority order within a backend):\n\n";
+  s << "| backend | path | kernel | serves |\n|---|---|---|---|\n";
+  for (const KernelRow& row : selection_table())
+    s << "| " << to_string(row.backend) << " | " << to_string(row.path) << " | `" << row.name
+      << "` | " << row.summary << " |\n";
+
+  for (Backend backend : {Backend::CPU, Backend::CUDA}) {
+    s << "\nBackend " << to_string(backend) << ", bf16, policy auto";
+    if (!detail::backend_built(backend)) {
+      s << ": not built into this library\n";
+      continue;
+    }
+    s << ":\n\n| Dqk/Dv | model | " << kColumns[0].title << " | " << kColumns[1].title
+      << " |\n|---|---|---|---|\n";
+    for (const Shape& shape : kShapes) {
+      s << "| " << shape.dqk << "/" << shape.dv << " | " << shape.where << " |";
+      for (const Column& column : kColumns) {
+        Problem problem;
+        problem.batch = 1;
+        problem.heads_q = 8;
+        problem.heads_kv = 8;
+        problem.len_q = column.len_q;
+        problem.len_k = 4096;
+        problem.head_dim_qk = shape.dqk;
+        problem.head_dim_v = shape.dv;
+        problem.dtype = DType::BF16;
+        problem.device = {backend == Backend::CPU ? DeviceType::CPU : DeviceType::CUDA, 0};
+        Options options;
+        options.policy = Policy::Auto;
+        try {
+          Plan p = plan(problem, options);
+          s << " " << to_string(p.path) << " `" << p.kernel << "`";
+          if (p.head_dim_qk_bucket > 0)
+            s << " " << p.head_dim_qk_bucket << "/" << p.head_dim_v_bucket << " (x" << std::fixed
+              << std::setprecision(2) << p.pad_ratio << std::defaultfloat << ")";
+          s << " |";
+        } catch (const Unsupported& e) {
+          s << " none: " << e.what() << " |";
+        }
+      }
+      s << "\n";
+    }
+  }
+  return s.str();
+}
+
+}  // namespace fsdpa

@@ -1,0 +1,36 @@
+// The selection table. Rows are tried in order within a backend: the first
+// fused row whose supports() says yes runs; otherwise the backend's unfused
+// row runs (Auto) or plan() raises (ForceFused).
+#include "select/table.h"
+
+#include "cpu/cpu.h"
+
+namespace fsdpa::detail {
+
+namespace {
+
+const KernelRow kTable[] = {
+    {"cpu_fused_online_softmax", Backend::CPU, Path::FusedPrefill, cpu::fused_supports,
+     cpu::fused_configure, cpu::fused_launch,
+     "every valid shape: f16/bf16/f32 (f32 accumulation), any Dqk/Dv, any strides, all "
+     "semantics; O(tile) memory"},
+    {"cpu_reference_f64", Backend::CPU, Path::Unfused, cpu::reference_supports,
+     cpu::reference_configure, cpu::reference_launch,
+     "every valid shape, float64, one query row of scores at a time (the test oracle)"},
+};
+
+}  // namespace
+
+std::span<const KernelRow> selection_table() { return kTable; }
+
+bool backend_built(Backend backend) {
+  switch (backend) {
+    case Backend::CPU:
+      return true;
+    case Backend::CUDA:
+      return FSDPA_WITH_CUDA != 0;
+  }
+  return false;
+}
+
+}  // namespace fsdpa::detail

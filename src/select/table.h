@@ -1,0 +1,44 @@
+// The selection table: the one list of kernels fsdpa has. plan(), run(),
+// ForceFused and the support matrix all read it; nothing else decides what
+// is supported.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::detail {
+
+// Whether a row can serve a problem; when not, `reason` names the violated
+// constraint with the actual and the allowed values.
+struct Verdict {
+  bool ok = true;
+  std::string reason;
+
+  static Verdict yes() { return {}; }
+  static Verdict no(std::string why) { return {false, std::move(why)}; }
+};
+
+struct KernelRow {
+  const char* name;
+  Backend backend;
+  Path path;
+  // Whether the row serves the problem (its kernel is compiled for it).
+  Verdict (*supports)(const Problem& problem, const Options& options);
+  // Fills the plan's kernel facts: buckets, pad ratio, tiles, splits,
+  // threads, workspace. Called only when supports() said yes.
+  void (*configure)(const Problem& problem, Plan& plan);
+  // Launches. The plan was made by this row and the tensors match it.
+  void (*launch)(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+  // One line for the support matrix: dtypes, head dims, features.
+  const char* summary;
+};
+
+// All rows of all backends that are built, in priority order within a backend.
+std::span<const KernelRow> selection_table();
+
+// Whether the backend was compiled into this library.
+bool backend_built(Backend backend);
+
+}  // namespace fsdpa::detail
