@@ -5,11 +5,29 @@
 
 #include "cpu/cpu.h"
 
+#if FSDPA_WITH_CUDA
+#include "cuda/decode/decode.h"
+#include "cuda/prefill/prefill.h"
+#include "cuda/unfused/unfused.h"
+#endif
+
 namespace fsdpa::detail {
 
 namespace {
 
 const KernelRow kTable[] = {
+#if FSDPA_WITH_CUDA
+    // Few queries: split-K over the keys; routed by the decode row's supports().
+    {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
+     cuda::decode_configure, cuda::decode_launch,
+     "few-query shapes (decode, speculative verification): split-K + combine"},
+    {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
+     cuda::prefill_configure, cuda::prefill_launch,
+     "tiled online softmax on mma.sync tensor cores"},
+    {"cuda_unfused_cublas", Backend::CUDA, Path::Unfused, cuda::unfused_supports,
+     cuda::unfused_configure, cuda::unfused_launch,
+     "every valid shape: cuBLAS GEMMs + a masked-softmax kernel (materializes the scores)"},
+#endif
     {"cpu_fused_online_softmax", Backend::CPU, Path::FusedPrefill, cpu::fused_supports,
      cpu::fused_configure, cpu::fused_launch,
      "every valid shape: f16/bf16/f32 (f32 accumulation), any Dqk/Dv, any strides, all "

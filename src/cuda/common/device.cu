@@ -1,0 +1,90 @@
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/device.h"
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::detail::cuda {
+
+void check(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  throw DeviceError(std::string("fsdpa: CUDA error in ") + call + ": " +
+                    cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+}
+
+void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
+                    const char* kernel_name) {
+  cudaFuncAttributes attributes{};
+  check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+  if (threads_per_block > attributes.maxThreadsPerBlock)
+    throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " launches " +
+                      std::to_string(threads_per_block) + " threads per block but was compiled for at most " +
+                      std::to_string(attributes.maxThreadsPerBlock) + " (registers: " +
+                      std::to_string(attributes.numRegs) + " per thread)");
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const DeviceInfo& info = device_info(device);
+  const size_t total_shared = attributes.sharedSizeBytes + dynamic_shared_bytes;
+  if (total_shared > info.shared_memory_per_block_optin)
+    throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " needs " +
+                      std::to_string(total_shared) + " bytes of shared memory per block, device " +
+                      std::to_string(device) + " allows " +
+                      std::to_string(info.shared_memory_per_block_optin));
+  if (dynamic_shared_bytes > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes))
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(dynamic_shared_bytes)),
+          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+const DeviceInfo& device_info(int index) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<DeviceInfo>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (index < 0 || index >= device_count())
+    throw DeviceError("fsdpa: CUDA device " + std::to_string(index) + " does not exist (" +
+                      std::to_string(device_count()) + " devices)");
+  if (cache.size() <= static_cast<size_t>(index)) cache.resize(static_cast<size_t>(index) + 1);
+  if (!cache[static_cast<size_t>(index)]) {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    auto info = std::make_unique<DeviceInfo>();
+    info->name = prop.name;
+    info->compute_capability = prop.major * 10 + prop.minor;
+    info->multiprocessors = prop.multiProcessorCount;
+    info->shared_memory_per_block_optin = prop.sharedMemPerBlockOptin;
+    info->l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+    info->global_memory_bytes = prop.totalGlobalMem;
+    cache[static_cast<size_t>(index)] = std::move(info);
+  }
+  return *cache[static_cast<size_t>(index)];
+}
+
+StreamWorkspace::StreamWorkspace(size_t bytes, int device_index, void* stream) : stream_(stream) {
+  if (bytes == 0) return;
+  int current = 0;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device_index)
+    throw InvalidArgument("fsdpa: tensors are on cuda:" + std::to_string(device_index) +
+                          " but the current device is cuda:" + std::to_string(current));
+  check(cudaMallocAsync(&data_, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync");
+}
+
+StreamWorkspace::~StreamWorkspace() {
+  if (data_ != nullptr) (void)cudaFreeAsync(data_, static_cast<cudaStream_t>(stream_));
+}
+
+}  // namespace fsdpa::detail::cuda

@@ -1,0 +1,40 @@
+// CUDA device plumbing visible to host C++ code that is not compiled by nvcc
+// (plan.cpp, the fsdpa command): no CUDA header is included here.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace fsdpa::detail::cuda {
+
+// Number of CUDA devices; 0 when there is no driver or no device (never throws).
+int device_count();
+
+struct DeviceInfo {
+  std::string name;
+  int compute_capability = 0;  // major * 10 + minor
+  int multiprocessors = 0;
+  size_t shared_memory_per_block_optin = 0;
+  size_t l2_bytes = 0;
+  size_t global_memory_bytes = 0;
+};
+
+// Properties of device `index`, read once and cached. Throws DeviceError.
+const DeviceInfo& device_info(int index);
+
+// Device memory for one call's workspace, allocated and freed in stream order
+// (cudaMallocAsync / cudaFreeAsync), so attention() never synchronizes.
+class StreamWorkspace {
+ public:
+  StreamWorkspace(size_t bytes, int device_index, void* stream);
+  ~StreamWorkspace();
+  StreamWorkspace(const StreamWorkspace&) = delete;
+  StreamWorkspace& operator=(const StreamWorkspace&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+  void* stream_ = nullptr;
+};
+
+}  // namespace fsdpa::detail::cuda
