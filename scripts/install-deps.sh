@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages fsdpa builds and tests with, when any is missing.
+set -euo pipefail
+packages=(cmake g++ make libgtest-dev libgmock-dev libopenblas-dev python3-numpy python3-pytest)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "fsdpa: installing ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  sudo=sudo
+else
+  sudo=
+fi
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
