@@ -245,8 +245,9 @@ std::string support_matrix() {
           if (p.head_dim_qk_bucket > 0)
             s << " " << p.head_dim_qk_bucket << "/" << p.head_dim_v_bucket << " (x" << std::fixed
               << std::setprecision(2) << p.pad_ratio << std::defaultfloat << ")";
+          if (p.path == Path::Unfused) s << " (" << p.fallback_reason << ")";
           s << " |";
-        } catch (const Unsupported& e) {
+        } catch (const Error& e) {
           s << " none: " << e.what() << " |";
         }
       }
