@@ -2,9 +2,9 @@
 // exception to a status code plus a thread-local message.
 #include "fsdpa/c_api.h"
 
-#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 

@@ -97,15 +97,15 @@ typedef struct fsdpa_options {
 } fsdpa_options;
 
 #define FSDPA_OPTIONS_INIT \
-  {0, 0, 0.0, FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT, 0, 0, FSDPA_POLICY_DEFAULT, 0}
+  { 0, 0, 0.0, FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT, 0, 0, FSDPA_POLICY_DEFAULT, 0 }
 
 /* The tensors of one call (fsdpa::Tensors). out and *lse are written. The
  * optional ones are absent when their pointer is NULL. 376 bytes. */
 typedef struct fsdpa_tensors {
-  fsdpa_tensor q;   /* [B, Hq, Lq, Dqk] */
-  fsdpa_tensor k;   /* [B, Hkv, Lk, Dqk] */
-  fsdpa_tensor v;   /* [B, Hkv, Lk, Dv] */
-  fsdpa_tensor out; /* [B, Hq, Lq, Dv], same dtype as q */
+  fsdpa_tensor q;            /* [B, Hq, Lq, Dqk] */
+  fsdpa_tensor k;            /* [B, Hkv, Lk, Dqk] */
+  fsdpa_tensor v;            /* [B, Hkv, Lk, Dv] */
+  fsdpa_tensor out;          /* [B, Hq, Lq, Dv], same dtype as q */
   const fsdpa_tensor* mask;  /* [B|1, Hq|1, Lq, Lk]; bool = keep, else additive */
   const fsdpa_tensor* sinks; /* [Hq] f32 */
   const fsdpa_tensor* lse;   /* [B, Hq, Lq] f32, written */
@@ -118,16 +118,16 @@ typedef struct fsdpa_tensors {
  * longer than its array is cut and ends in "..." (fsdpa_plan_explain() has
  * the full text). 1312 bytes. */
 typedef struct fsdpa_plan_info {
-  int32_t backend;      /* FSDPA_BACKEND_* */
-  int32_t path;         /* FSDPA_PATH_* */
-  int32_t policy;       /* resolved: FSDPA_POLICY_AUTO, _FUSED or _UNFUSED */
-  int32_t dtype;        /* of q/k/v/out */
-  int32_t device_type;  /* FSDPA_DEVICE_* */
+  int32_t backend;     /* FSDPA_BACKEND_* */
+  int32_t path;        /* FSDPA_PATH_* */
+  int32_t policy;      /* resolved: FSDPA_POLICY_AUTO, _FUSED or _UNFUSED */
+  int32_t dtype;       /* of q/k/v/out */
+  int32_t device_type; /* FSDPA_DEVICE_* */
   int32_t device_index;
-  int32_t mask;         /* FSDPA_MASK_* */
+  int32_t mask; /* FSDPA_MASK_* */
   int32_t has_sinks;
   int32_t has_lse;
-  int32_t num_threads;  /* CPU backend worker threads */
+  int32_t num_threads; /* CPU backend worker threads */
   int64_t batch;
   int64_t heads_q;
   int64_t heads_kv;

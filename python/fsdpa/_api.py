@@ -1,0 +1,223 @@
+"""attention(), plan(), support_matrix(), version(): the public functions."""
+
+import ctypes
+import dataclasses
+import operator
+
+from . import _arrays, _capi
+from ._errors import InvalidArgument
+
+_CAUSAL_ALIGN = {
+    "bottom_right": _capi.CAUSAL_ALIGN_BOTTOM_RIGHT,
+    "bottom-right": _capi.CAUSAL_ALIGN_BOTTOM_RIGHT,
+    "top_left": _capi.CAUSAL_ALIGN_TOP_LEFT,
+    "top-left": _capi.CAUSAL_ALIGN_TOP_LEFT,
+}
+_POLICY = {
+    None: _capi.POLICY_DEFAULT,
+    "auto": _capi.POLICY_AUTO,
+    "fused": _capi.POLICY_FUSED,
+    "unfused": _capi.POLICY_UNFUSED,
+}
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _options(scale, causal, causal_align, window_left, policy, allow_tf32):
+    o = _capi.Options()
+    o.policy = _capi.POLICY_DEFAULT
+    if scale is not None:
+        try:
+            o.scale = float(scale)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"fsdpa: scale: expected a number, got {scale!r}") from None
+        o.has_scale = 1
+    o.causal = 1 if causal else 0
+    if not isinstance(causal_align, str) or causal_align not in _CAUSAL_ALIGN:
+        raise InvalidArgument(
+            f"fsdpa: causal_align: expected 'bottom_right' or 'top_left', got {causal_align!r}")
+    o.causal_align = _CAUSAL_ALIGN[causal_align]
+    if window_left is not None:
+        try:
+            window = operator.index(window_left)
+        except TypeError:
+            raise InvalidArgument(
+                f"fsdpa: window_left: expected an integer, got {window_left!r}") from None
+        if not _INT64_MIN <= window <= _INT64_MAX:
+            raise InvalidArgument(f"fsdpa: window_left: {window} does not fit in 64 bits")
+        o.has_window = 1
+        o.window_left = window
+    if not (policy is None or isinstance(policy, str)) or policy not in _POLICY:
+        raise InvalidArgument(
+            f"fsdpa: policy: expected 'auto', 'fused', 'unfused' or None, got {policy!r}")
+    o.policy = _POLICY[policy]
+    o.allow_tf32 = 1 if allow_tf32 else 0
+    return o
+
+
+class _Call:
+    """The fsdpa_tensors of one call, with every array it points into kept
+    alive, and the outputs (allocated here unless given)."""
+
+    def __init__(self, q, k, v, mask, sinks, out, return_lse):
+        self.q = _arrays.view("q", q)
+        k_view = _arrays.view("k", k)
+        v_view = _arrays.view("v", v)
+        if out is None:
+            # When q or v has the wrong rank the library names it before it
+            # looks at out, so any placeholder shape will do.
+            four_d = len(q.shape) == 4 and len(v.shape) == 4
+            shape = (*q.shape[:3], v.shape[3]) if four_d else (0, 0, 0, 0)
+            out = _arrays.empty_like_kind(q, shape)
+        self.out = out
+        out_view = _arrays.view("out", out, writable=True)
+        self.lse = None
+        self.views = [self.q, k_view, v_view, out_view]
+        self.struct = _capi.Tensors(self.q.struct, k_view.struct, v_view.struct, out_view.struct)
+        if mask is not None:
+            mask_view = _arrays.view("mask", mask, rank_at_least=4)
+            self.views.append(mask_view)
+            self.struct.mask = ctypes.pointer(mask_view.struct)
+        if sinks is not None:
+            sinks_view = _arrays.view("sinks", sinks)
+            self.views.append(sinks_view)
+            self.struct.sinks = ctypes.pointer(sinks_view.struct)
+        if return_lse:
+            shape = tuple(q.shape[:3]) if len(q.shape) == 4 else (0, 0, 0)
+            self.lse = _arrays.empty_like_kind(q, shape, float32=True)
+            lse_view = _arrays.view("lse", self.lse, writable=True)
+            self.views.append(lse_view)
+            self.struct.lse = ctypes.pointer(lse_view.struct)
+
+
+def attention(q, k, v, *, scale=None, causal=False, causal_align="bottom_right",
+              window_left=None, mask=None, sinks=None, policy=None, allow_tf32=False,
+              return_lse=False, out=None):
+    """Scaled-dot-product attention (DESIGN.md §1).
+
+    q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv]: numpy arrays
+    (float16, float32, ml_dtypes.bfloat16) or torch tensors (float16,
+    bfloat16, float32; CPU, or CUDA on torch's current stream), any strides.
+    mask: [B|1, Hq|1, Lq, Lk] (fewer dims broadcast), bool (True = keep) or
+    additive float. sinks: [Hq] float32. policy: "auto", "fused", "unfused"
+    or None (the FSDPA_POLICY environment variable, else auto).
+
+    Returns out [B, Hq, Lq, Dv] (written into `out` when given), or
+    (out, lse) with lse [B, Hq, Lq] float32 when return_lse.
+    """
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    call = _Call(q, k, v, mask, sinks, out, return_lse)
+    lib = _capi.library()
+    stream = _arrays.current_stream(call.q)
+    _capi.check(lib.fsdpa_attention(ctypes.byref(call.struct), ctypes.byref(options), stream))
+    return (call.out, call.lse) if return_lse else call.out
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanInfo:
+    """What fsdpa would run for a call (fsdpa::Plan). str() is the explanation."""
+
+    backend: str  # "cpu" | "cuda"
+    path: str  # "fused-prefill" | "fused-decode" | "unfused"
+    kernel: str
+    policy: str  # resolved: "auto" | "fused" | "unfused"
+    dtype: str  # "f16" | "bf16" | "f32"
+    device: str  # "cpu:0", "cuda:1", ...
+    mask: str  # "none" | "additive" | "boolean"
+    has_sinks: bool
+    has_lse: bool
+    batch: int
+    heads_q: int
+    heads_kv: int
+    len_q: int
+    len_k: int
+    head_dim_qk: int
+    head_dim_v: int
+    head_dim_qk_bucket: int  # 0 where the path has no compiled bucket
+    head_dim_v_bucket: int
+    pad_ratio: float
+    tile_q: int
+    tile_k: int
+    num_kv_splits: int
+    num_threads: int
+    workspace_bytes: int
+    scale: float  # resolved
+    fallback_reason: str  # "" unless the plan fell back to the unfused path
+    explain: str
+
+    def __str__(self):
+        return self.explain
+
+
+def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
+         mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
+    """The plan attention() would run with the same arguments, as a PlanInfo.
+    Nothing is computed (out is allocated when not given, to plan for its
+    layout)."""
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    call = _Call(q, k, v, mask, sinks, out, return_lse)
+    lib = _capi.library()
+    handle = ctypes.c_void_p()
+    _capi.check(lib.fsdpa_plan_create(ctypes.byref(call.struct), ctypes.byref(options),
+                                      ctypes.byref(handle)))
+    try:
+        info = _capi.PlanInfo()
+        _capi.check(lib.fsdpa_plan_get_info(handle, ctypes.byref(info)))
+        explanation = lib.fsdpa_plan_explain(handle).decode("utf-8", "replace")
+    finally:
+        lib.fsdpa_plan_destroy(handle)
+    return PlanInfo(
+        backend=_capi.BACKEND_NAMES.get(info.backend, str(info.backend)),
+        path=_capi.PATH_NAMES.get(info.path, str(info.path)),
+        kernel=info.kernel.decode("utf-8", "replace"),
+        policy=_capi.POLICY_NAMES.get(info.policy, str(info.policy)),
+        dtype=_capi.DTYPE_NAMES.get(info.dtype, str(info.dtype)),
+        device=f"{_capi.DEVICE_NAMES.get(info.device_type, info.device_type)}:{info.device_index}",
+        mask=_capi.MASK_NAMES.get(info.mask, str(info.mask)),
+        has_sinks=bool(info.has_sinks),
+        has_lse=bool(info.has_lse),
+        batch=info.batch,
+        heads_q=info.heads_q,
+        heads_kv=info.heads_kv,
+        len_q=info.len_q,
+        len_k=info.len_k,
+        head_dim_qk=info.head_dim_qk,
+        head_dim_v=info.head_dim_v,
+        head_dim_qk_bucket=info.head_dim_qk_bucket,
+        head_dim_v_bucket=info.head_dim_v_bucket,
+        pad_ratio=info.pad_ratio,
+        tile_q=info.tile_q,
+        tile_k=info.tile_k,
+        num_kv_splits=info.num_kv_splits,
+        num_threads=info.num_threads,
+        workspace_bytes=info.workspace_bytes,
+        scale=info.scale,
+        fallback_reason=info.fallback_reason.decode("utf-8", "replace"),
+        explain=explanation,
+    )
+
+
+def support_matrix():
+    """The support matrix (markdown) derived from the selection table."""
+    lib = _capi.library()
+    text = lib.fsdpa_support_matrix()
+    if not text:
+        _capi.check(4)
+    return text.decode("utf-8", "replace")
+
+
+def version():
+    """The library version, e.g. "0.1.0"."""
+    return _capi.library().fsdpa_version().decode("ascii")
+
+
+def backend_built(backend):
+    """Whether the backend ("cpu" or "cuda") is compiled into the library."""
+    codes = {"cpu": _capi.BACKEND_CPU, "cuda": _capi.BACKEND_CUDA}
+    if backend not in codes:
+        raise InvalidArgument(f"fsdpa: backend: expected 'cpu' or 'cuda', got {backend!r}")
+    return bool(_capi.library().fsdpa_backend_built(codes[backend]))
+
+
+def library_path():
+    """The path of the shared library this wrapper uses (or would load)."""
+    return str(_capi.find_library())
