@@ -153,9 +153,9 @@ const char* to_string(Policy policy);
 // What will run, as decided by the selection table.
 struct Plan {
   Problem problem;
-  Options options;     // as given
+  Options options;               // as given
   Policy policy = Policy::Auto;  // resolved (options, FSDPA_POLICY, default)
-  double scale = 0.0;  // resolved
+  double scale = 0.0;            // resolved
   Backend backend = Backend::CPU;
   Path path = Path::Unfused;
   std::string kernel;

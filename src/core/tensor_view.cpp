@@ -7,8 +7,7 @@ namespace fsdpa {
 
 namespace {
 
-TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
-                     Device device) {
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes, Device device) {
   if (sizes.size() == 0 || sizes.size() > static_cast<size_t>(kMaxRank))
     detail::throw_invalid("view: rank must be 1.." + std::to_string(kMaxRank) + ", got " +
                           std::to_string(sizes.size()));

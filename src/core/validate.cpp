@@ -78,8 +78,8 @@ void check_same_device(const TensorView& t, const char* name, const TensorView& 
                   ", expected q's device " + device_name(q.device));
 }
 
-void check_size(const TensorView& t, const char* name, int dim, const char* what,
-                int64_t expected, const char* source) {
+void check_size(const TensorView& t, const char* name, int dim, const char* what, int64_t expected,
+                const char* source) {
   if (t.sizes[dim] != expected)
     throw_invalid(std::string(name) + ": size " + std::to_string(dim) + " (" + what + ") is " +
                   std::to_string(t.sizes[dim]) + ", expected " + std::to_string(expected) + " (" +
@@ -100,9 +100,8 @@ void check_no_zero_stride(const TensorView& t, const char* name) {
   if (element_count(t) == 0) return;  // nothing is written (numpy gives empty arrays 0 strides)
   for (int d = 0; d < t.rank; ++d)
     if (t.sizes[d] > 1 && t.strides[d] == 0)
-      throw_invalid(std::string(name) + ": stride " + std::to_string(d) +
-                    " is 0 with size " + std::to_string(t.sizes[d]) +
-                    "; an output cannot be broadcast");
+      throw_invalid(std::string(name) + ": stride " + std::to_string(d) + " is 0 with size " +
+                    std::to_string(t.sizes[d]) + "; an output cannot be broadcast");
 }
 
 struct ByteRange {
@@ -199,8 +198,8 @@ void check_matches_plan(const Problem& planned, const Problem& actual) {
   if (planned.device.type != actual.device.type || planned.device.index != actual.device.index)
     throw_invalid("tensors do not match the plan: device is " + device_name(actual.device) +
                   ", the plan was made for " + device_name(planned.device));
-  if (planned.mask != actual.mask || (actual.mask == MaskKind::Additive &&
-                                      planned.mask_dtype != actual.mask_dtype))
+  if (planned.mask != actual.mask ||
+      (actual.mask == MaskKind::Additive && planned.mask_dtype != actual.mask_dtype))
     throw_invalid("tensors do not match the plan: the mask kind or dtype differs");
   if (planned.has_sinks != actual.has_sinks)
     throw_invalid("tensors do not match the plan: sinks are " +
@@ -288,8 +287,8 @@ Problem describe(const Tensors& t, const Options& options) {
       throw_invalid(std::string("sinks: dtype must be f32, got ") + to_string(s.dtype));
     check_same_device(s, "sinks", q);
     if (s.sizes[0] != p.heads_q)
-      throw_invalid("sinks: length is " + std::to_string(s.sizes[0]) + ", expected heads_q=" +
-                    std::to_string(p.heads_q));
+      throw_invalid("sinks: length is " + std::to_string(s.sizes[0]) +
+                    ", expected heads_q=" + std::to_string(p.heads_q));
     p.has_sinks = true;
     check_disjoint(t.out, "out", s, "sinks");
   }

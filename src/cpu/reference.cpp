@@ -39,18 +39,18 @@ double reference_row(const Problem& p, const Options& options, double scale, con
     }
     double dot = 0.0;
     for (int64_t d = 0; d < p.head_dim_qk; ++d)
-      dot += static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
-             static_cast<double>(
-                 load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
+      dot +=
+          static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
+          static_cast<double>(load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
     scores[j] = scale * dot + mask_value;
     row_max = std::max(row_max, scores[j]);
   }
 
   // The sink joins the denominator (and the max, for stability) only.
   const double sink =
-      p.has_sinks ? static_cast<double>(load_as_float(t.sinks->data, DType::F32,
-                                                      h * t.sinks->strides[0]))
-                  : kMinusInf;
+      p.has_sinks
+          ? static_cast<double>(load_as_float(t.sinks->data, DType::F32, h * t.sinks->strides[0]))
+          : kMinusInf;
   row_max = std::max(row_max, sink);
 
   for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] = 0.0;
@@ -62,9 +62,8 @@ double reference_row(const Problem& p, const Options& options, double scale, con
     const double weight = std::exp(scores[j] - row_max);
     denominator += weight;
     for (int64_t d = 0; d < p.head_dim_v; ++d)
-      out_row[d] +=
-          weight * static_cast<double>(
-                       load_as_float(t.v.data, p.dtype, offset_of(t.v, b, kv_head, j, d)));
+      out_row[d] += weight * static_cast<double>(load_as_float(t.v.data, p.dtype,
+                                                               offset_of(t.v, b, kv_head, j, d)));
   }
   for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] /= denominator;
   return row_max + std::log(denominator);

@@ -143,8 +143,8 @@ void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t works
 void attention(const Tensors& tensors, const Options& options, void* stream) {
   const Plan p = plan(describe(tensors, options), options);
   if (p.backend == Backend::CPU) {
-    std::unique_ptr<std::byte[]> workspace(
-        p.workspace_bytes ? new std::byte[p.workspace_bytes] : nullptr);
+    std::unique_ptr<std::byte[]> workspace(p.workspace_bytes ? new std::byte[p.workspace_bytes]
+                                                             : nullptr);
     run(p, tensors, workspace.get(), p.workspace_bytes, stream);
     return;
   }
@@ -163,10 +163,10 @@ std::string Plan::explain() const {
     << " Lq=" << pr.len_q << " Lk=" << pr.len_k << " Dqk=" << pr.head_dim_qk
     << " Dv=" << pr.head_dim_v << " dtype=" << to_string(pr.dtype)
     << " device=" << to_string(pr.device.type) << ":" << pr.device.index << "\n";
-  s << "features  causal=" << (options.causal ? (options.causal_align == CausalAlign::TopLeft
-                                                     ? "top-left"
-                                                     : "bottom-right")
-                                              : "no")
+  s << "features  causal="
+    << (options.causal
+            ? (options.causal_align == CausalAlign::TopLeft ? "top-left" : "bottom-right")
+            : "no")
     << " window=" << (options.window_left ? std::to_string(*options.window_left) : "none")
     << " mask="
     << (pr.mask == MaskKind::None       ? "none"
@@ -196,11 +196,21 @@ std::string support_matrix() {
   };
   // Head dims of MODELS.md plus the awkward ones and one past every limit.
   static const Shape kShapes[] = {
-      {1, 1, "smallest"},      {64, 64, "llama, whisper"},  {72, 72, "qwen3-vl, siglip"},
-      {80, 80, "vit-h14"},     {90, 90, "odd-90"},          {96, 96, "phi3"},
-      {96, 64, "minicpm3"},    {104, 104, "clip-bigg"},     {128, 128, "llama3"},
-      {160, 160, "-"},         {192, 128, "deepseek prefill"}, {256, 256, "gemma2, qwen3.6"},
-      {288, 288, "paligemma2"}, {512, 512, "gemma4"},       {576, 512, "deepseek decode"},
+      {1, 1, "smallest"},
+      {64, 64, "llama, whisper"},
+      {72, 72, "qwen3-vl, siglip"},
+      {80, 80, "vit-h14"},
+      {90, 90, "odd-90"},
+      {96, 96, "phi3"},
+      {96, 64, "minicpm3"},
+      {104, 104, "clip-bigg"},
+      {128, 128, "llama3"},
+      {160, 160, "-"},
+      {192, 128, "deepseek prefill"},
+      {256, 256, "gemma2, qwen3.6"},
+      {288, 288, "paligemma2"},
+      {512, 512, "gemma4"},
+      {576, 512, "deepseek decode"},
       {1040, 1040, "-"},
   };
   struct Column {

@@ -13,8 +13,8 @@ namespace fsdpa::detail::cuda {
 
 void check(cudaError_t status, const char* call) {
   if (status == cudaSuccess) return;
-  throw DeviceError(std::string("fsdpa: CUDA error in ") + call + ": " +
-                    cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  throw DeviceError(std::string("fsdpa: CUDA error in ") + call + ": " + cudaGetErrorName(status) +
+                    " (" + cudaGetErrorString(status) + ")");
 }
 
 void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
@@ -23,9 +23,10 @@ void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sh
   check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
   if (threads_per_block > attributes.maxThreadsPerBlock)
     throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " launches " +
-                      std::to_string(threads_per_block) + " threads per block but was compiled for at most " +
-                      std::to_string(attributes.maxThreadsPerBlock) + " (registers: " +
-                      std::to_string(attributes.numRegs) + " per thread)");
+                      std::to_string(threads_per_block) +
+                      " threads per block but was compiled for at most " +
+                      std::to_string(attributes.maxThreadsPerBlock) +
+                      " (registers: " + std::to_string(attributes.numRegs) + " per thread)");
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   const DeviceInfo& info = device_info(device);
