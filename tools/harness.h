@@ -1,0 +1,125 @@
+// Running one attention case for the `fsdpa` command: fresh random inputs on
+// the chosen device, a poisoned output, the plan, timed runs (CUDA events on
+// the GPU), a NaN scan, the error against the float64 reference on a sample,
+// and the unfused path timed on the same tensors.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::tool {
+
+// One case: a shape, its masking features and the device it runs on.
+struct CaseSpec {
+  std::string preset;  // empty for a shape given by flags
+  std::string kind;    // "prefill", "decode" or "shape"
+  int64_t batch = 1;
+  int64_t heads_q = 8;
+  int64_t heads_kv = 8;
+  int64_t len_q = 1024;
+  int64_t len_k = 1024;
+  int64_t head_dim_qk = 128;
+  int64_t head_dim_v = 128;
+  DType dtype = DType::BF16;
+  Device device{};
+  MaskKind mask = MaskKind::None;  // a [1, 1, Lq, Lk] mask (additive in `dtype`, or boolean)
+  bool sinks = false;
+  bool lse = false;
+  bool v_aliases_k = false;  // v is a view of the first Dv columns of k
+  // Rows of q, k, v and out start every 16 bytes (D rounded up; the padding
+  // is not part of the views), as fused GPU kernels need; else contiguous.
+  bool pad_rows = false;
+  Options options;
+
+  // "prefill L=4096", "decode Lk=32768", "Lq=7 Lk=100", plus B when > 1.
+  std::string shape_label() const;
+  // "causal w127 sinks mla padded", "-" when none.
+  std::string feature_label() const;
+  // Whether the natural rate is bytes of K/V (decode) rather than FLOP/s.
+  bool bandwidth_bound() const;
+};
+
+// The Problem that run() would see for this case ([B, H, L, D] views with
+// contiguous or padded rows, v a view of k when v_aliases_k), derived by describe() over
+// placeholder addresses: nothing is allocated or read.
+Problem describe_case(const CaseSpec& spec);
+
+// Query-key pairs left visible by causal masking and the sliding window, for
+// query rows [row_begin, row_begin + rows) of one head (array masks aside).
+int64_t visible_pairs(const Options& options, int64_t len_q, int64_t len_k, int64_t row_begin,
+                      int64_t rows);
+
+// How a case is timed and checked.
+struct Settings {
+  int warmup = 1;
+  int min_runs = 3;
+  int max_runs = 20;
+  double target_seconds = 0.25;  // timed runs: about this long in all (within min..max)
+  int repeat = 0;                // > 0: exactly this many timed runs
+  bool check = true;             // error against the float64 reference on a sample
+  bool unfused = true;           // time Policy::Unfused too
+  uint64_t seed = 0;
+};
+
+// Defaults per device: 1 warm-up and >= 3 runs on the CPU; 3 warm-ups and
+// >= 10 runs on the GPU (L2 flushed before each).
+Settings default_settings(DeviceType device);
+
+struct CaseResult {
+  // "ok"; "unsupported" (no kernel: plan() raised); "error" (an exception);
+  // "nan" (NaN left in the output); "inaccurate" (error above tolerance).
+  std::string status = "error";
+  std::string message;
+  std::optional<Plan> plan;
+
+  double time_ms = std::numeric_limits<double>::quiet_NaN();
+  int runs = 0;
+  int warmup = 0;
+  double flops = 0;     // 2 * B * Hq * visible pairs * (Dqk + Dv)
+  double kv_bytes = 0;  // unique K/V bytes that some query row can see
+  double tflops() const { return flops / (time_ms * 1e-3) / 1e12; }
+  double gbps() const { return kv_bytes / (time_ms * 1e-3) / 1e9; }
+
+  bool checked = false;
+  std::string sample;  // which part of the output was compared
+  double max_abs_err = std::numeric_limits<double>::quiet_NaN();
+  double rel_err = std::numeric_limits<double>::quiet_NaN();  // ||out - ref|| / ||ref||
+  double lse_max_abs_err = std::numeric_limits<double>::quiet_NaN();
+  double tolerance = std::numeric_limits<double>::quiet_NaN();
+
+  // The unfused path: "measured", "estimated" (CPU: float64 reference timed
+  // on a slice and scaled), "same" (the plan is already unfused), or a reason
+  // it was not timed.
+  std::string unfused_status = "not timed";
+  double unfused_ms = std::numeric_limits<double>::quiet_NaN();
+  std::string unfused_sample;
+  size_t unfused_workspace_bytes = 0;
+  double speedup() const { return unfused_ms / time_ms; }
+
+  bool ok() const { return status == "ok"; }
+};
+
+// Runs the case; never throws for a library error (it lands in the result).
+CaseResult run_case(const CaseSpec& spec, const Settings& settings);
+
+// The tolerance of DESIGN.md §5 on ||out - ref|| / ||ref||.
+double tolerance_for(DType dtype, DeviceType device, bool allow_tf32);
+
+// ---------------------------------------------------------------- devices
+
+struct DeviceChoice {
+  Device device{};
+  std::string name;    // "cpu (2 threads)", "cuda:0 NVIDIA H200 (132 SMs, sm_90, 139.8 GiB)"
+  std::string reason;  // why this device
+};
+
+// `requested` is auto|cpu|cuda. auto: CUDA when the backend is built, a device
+// exists and a small probe (plan + run) succeeds on it, else the CPU. cuda:
+// raises fsdpa::Unsupported when the backend is not built or no device exists.
+DeviceChoice choose_device(const std::string& requested, bool probe);
+
+}  // namespace fsdpa::tool
