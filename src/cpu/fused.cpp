@@ -1,10 +1,195 @@
-// PLACEHOLDER (being written): the CPU fused path.
-#include "cpu/cpu.h"
-#include "core/validate.h"
+// The CPU fused path: plan facts, threads and ISA dispatch around the kernel
+// of fused_kernel.h (tiled online softmax, O(tile) memory).
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/validate.h"
+#include "cpu/cpu.h"
+#include "cpu/fused_kernel.h"
+
 namespace fsdpa::detail::cpu {
-int default_num_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
-Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); }
-void fused_configure(const Problem& problem, Plan& plan) { reference_configure(problem, plan); }
-void fused_launch(const Plan& plan, const Tensors& t, void* ws, void* s) { reference_launch(plan, t, ws, s); }
+
+namespace {
+
+constexpr int kMaxThreads = 1024;
+
+int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+int64_t round_up(int64_t x, int64_t m) { return ceil_div(x, m) * m; }
+
+const CpuTile& tile_for(int64_t head_dim) {
+  for (const CpuTile& t : kCpuTiles)
+    if (head_dim <= t.max_head_dim) return t;
+  throw Error("fsdpa: internal: no CPU tile row covers head_dim " + std::to_string(head_dim));
 }
+
+// The tiling fields of FusedArgs, from the problem alone (configure and
+// launch agree by construction).
+void set_tiling(const Problem& p, FusedArgs& a) {
+  const CpuTile& tile = tile_for(std::max(p.head_dim_qk, p.head_dim_v));
+  const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
+  a.heads_per_tile = std::max<int64_t>(1, std::min(group, tile.rows));
+  a.head_chunks = std::max<int64_t>(1, ceil_div(group, a.heads_per_tile));
+  a.queries_per_tile =
+      std::max<int64_t>(1, std::min(tile.rows / a.heads_per_tile, std::max<int64_t>(p.len_q, 1)));
+  a.query_blocks = ceil_div(p.len_q, a.queries_per_tile);
+  a.rows_pad = round_up(a.heads_per_tile * a.queries_per_tile, kCpuChunk);
+  a.tile_keys = std::max<int64_t>(1, std::min(tile.keys, p.len_k));
+  a.dqk = p.head_dim_qk;
+  a.dv = p.head_dim_v;
+  a.dqk_pad = round_up(std::max<int64_t>(p.head_dim_qk, 1), kCpuChunk);
+  a.dv_pad = round_up(std::max<int64_t>(p.head_dim_v, 1), kCpuChunk);
+  a.batch = p.batch;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.len_q = p.len_q;
+  a.len_k = p.len_k;
+}
+
+int64_t item_count(const FusedArgs& a) {
+  return a.batch * a.heads_kv * a.head_chunks * a.query_blocks;
+}
+
+using ItemFn = void (*)(const FusedArgs&, std::byte*, int64_t);
+
+// AVX2+FMA+F16C when the CPU has all three, else the portable kernel.
+// FSDPA_CPU_ISA=generic forces the portable one (for testing it on any CPU).
+ItemFn pick_kernel() {
+  const char* env = std::getenv("FSDPA_CPU_ISA");
+  const std::string forced = env ? env : "";
+  if (!forced.empty() && forced != "generic" && forced != "avx2")
+    throw_invalid("FSDPA_CPU_ISA: expected generic or avx2, got '" + forced + "'");
+  if (forced == "generic") return fused_item_generic;
+#if FSDPA_HAVE_AVX2_KERNEL
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return fused_item_avx2;
+#endif
+  if (forced == "avx2")
+    throw Unsupported("fsdpa: FSDPA_CPU_ISA=avx2 but this CPU or build lacks AVX2, FMA or F16C");
+  return fused_item_generic;
+}
+
+ItemFn kernel() {
+  static const ItemFn chosen = pick_kernel();
+  return chosen;
+}
+
+}  // namespace
+
+size_t fused_thread_bytes(const FusedArgs& a) {
+  auto section = [](int64_t floats) { return round_up(floats, 16); };
+  const int64_t floats = section(a.dqk * a.rows_pad) + section(a.tile_keys * a.dqk_pad) +
+                         section(a.tile_keys * a.dv_pad) + section(a.tile_keys * a.rows_pad) +
+                         section(a.rows_pad * a.dv_pad) + 3 * section(a.rows_pad) +
+                         2 * section(2 * a.rows_pad);
+  return static_cast<size_t>(floats) * sizeof(float) + 64;
+}
+
+int default_num_threads() {
+  const char* env = std::getenv("FSDPA_NUM_THREADS");
+  if (env != nullptr && *env != '\0') {
+    errno = 0;
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || value < 1 || value > kMaxThreads)
+      throw_invalid("FSDPA_NUM_THREADS: expected an integer from 1 to " +
+                    std::to_string(kMaxThreads) + ", got '" + env + "'");
+    return static_cast<int>(value);
+  }
+  const unsigned hardware = std::thread::hardware_concurrency();
+  return hardware == 0 ? 1 : static_cast<int>(std::min<unsigned>(hardware, kMaxThreads));
+}
+
+Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); }
+
+void fused_configure(const Problem& problem, Plan& plan) {
+  kernel();  // surfaces a bad FSDPA_CPU_ISA at plan time
+  FusedArgs a;
+  set_tiling(problem, a);
+  plan.head_dim_qk_bucket = 0;
+  plan.head_dim_v_bucket = 0;
+  plan.pad_ratio = 1.0;
+  plan.tile_q = a.heads_per_tile * a.queries_per_tile;
+  plan.tile_k = a.tile_keys;
+  plan.num_kv_splits = 1;
+  plan.num_threads = default_num_threads();
+  plan.workspace_bytes = fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads);
+}
+
+void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
+  const Problem& p = plan.problem;
+  FusedArgs a;
+  set_tiling(p, a);
+  const int64_t items = item_count(a);
+  if (items == 0) return;  // B, H or Lq is 0
+
+  a.dtype = p.dtype;
+  a.q = t.q.data;
+  a.k = t.k.data;
+  a.v = t.v.data;
+  a.out = t.out.data;
+  for (int d = 0; d < 4; ++d) {
+    a.q_strides[d] = t.q.strides[d];
+    a.k_strides[d] = t.k.strides[d];
+    a.v_strides[d] = t.v.strides[d];
+    a.out_strides[d] = t.out.strides[d];
+  }
+  if (t.lse) {
+    a.lse = static_cast<float*>(t.lse->data);
+    for (int d = 0; d < 3; ++d) a.lse_strides[d] = t.lse->strides[d];
+  }
+  if (t.mask && p.mask != MaskKind::None) {
+    const TensorView mask = broadcast_strides(*t.mask);
+    a.mask_kind = p.mask;
+    a.mask_dtype = mask.dtype;
+    a.mask = mask.data;
+    for (int d = 0; d < 4; ++d) a.mask_strides[d] = mask.strides[d];
+  }
+  if (t.sinks && p.has_sinks) {
+    a.sinks = static_cast<const float*>(t.sinks->data);
+    a.sinks_stride = t.sinks->strides[0];
+  }
+  a.options = plan.options;
+  a.scale_log2 = static_cast<float>(plan.scale * 1.44269504088896340736);
+
+  const size_t per_thread = fused_thread_bytes(a);
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(plan.num_threads, 1), items));
+  if (per_thread * static_cast<size_t>(threads) > plan.workspace_bytes)
+    throw Error("fsdpa: internal: CPU fused workspace " + std::to_string(plan.workspace_bytes) +
+                " bytes is less than " + std::to_string(per_thread) + " x " +
+                std::to_string(threads) + " threads");
+
+  const ItemFn run_one = kernel();
+  std::atomic<int64_t> next{0};
+  auto work = [&](int slot) {
+    std::byte* scratch =
+        static_cast<std::byte*>(workspace) + per_thread * static_cast<size_t>(slot);
+    for (;;) {
+      const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+      if (item >= items) return;
+      run_one(a, scratch, item);
+    }
+  };
+  if (threads == 1) {
+    work(0);
+    return;
+  }
+  // Threads are the only thing created here; if the system refuses one, the
+  // threads already started and this one share all the items.
+  std::vector<std::thread> pool;
+  try {
+    pool.reserve(static_cast<size_t>(threads - 1));
+    for (int slot = 1; slot < threads; ++slot) pool.emplace_back(work, slot);
+  } catch (...) {
+  }
+  work(0);
+  for (std::thread& thread : pool) thread.join();
+}
+
+}  // namespace fsdpa::detail::cpu

@@ -1,0 +1,575 @@
+// The CPU fused path's kernel: tiled online softmax (FlashAttention style).
+//
+// The top of this header is shared by fused.cpp and the kernel translation
+// units: the tuning table, the launch arguments and the per-ISA entry points.
+// The kernel body below FSDPA_FUSED_KERNEL_BODY is compiled twice, once per
+// ISA (fused_kernel_generic.cpp, fused_kernel_avx2.cpp). Everything in the body
+// lives in an anonymous namespace so the two copies, built with different
+// instruction sets, can never be merged by the linker (a merged inline
+// function could hand AVX2 code to a CPU without AVX2).
+//
+// One work item = (batch, kv head, chunk of the kv group's query heads, block
+// of queries). Its rows are (query, head) pairs, so all query heads of one kv
+// group share each K/V tile (GQA/MQA, and decode, where a tile holds the
+// whole group). Per item: Q^T is loaded once (scaled by scale*log2(e)), then
+// key tiles of the visible range are streamed: K/V rows converted to f32 into
+// the thread's workspace, S^T = K.Q^T (vectorized over query rows), masks,
+// online softmax in base 2 (vectorized over rows), O = O*alpha + P.V
+// (vectorized over Dv). Memory is O(tile), independent of Lk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::detail::cpu {
+
+// ---------------------------------------------------------------- tuning
+
+// Tile sizes by head dim (max(Dqk, Dv)); first row whose max_head_dim covers
+// the problem wins. Machine: AMD EPYC (Zen 3, 2 cores, 512 KiB L2/core), f32,
+// AVX2 kernel (see bench/NOTES.md, "CPU fused path").
+struct CpuTile {
+  int64_t max_head_dim;
+  int64_t rows;  // query rows ((query, head) pairs) per tile; multiple of 16
+  int64_t keys;  // keys per streamed K/V tile
+};
+inline constexpr CpuTile kCpuTiles[] = {
+    // D<=64: not measured separately; the D<=128 shape, ~100 KiB per thread.
+    {64, 64, 128},
+    // D<=128: measured 1 thread, Lq=512 Lk=2048 H=4: 64x128 47 GFLOP/s, 64x64
+    // 45, 32x64 28, 128x64 28 (best of 7, shared machine); ~210 KiB/thread.
+    {128, 64, 128},
+    // D<=256: not measured; 64x128 would be ~400 KiB/thread at D=256, so the
+    // key tile is halved to stay well inside the 512 KiB L2 (~270 KiB).
+    {256, 64, 64},
+    // D>256 (288, 512, 576): not measured; 32x32 keeps Q^T, K, V and O tiles
+    // at ~280 KiB for 576/512, where 64x64 would be ~1 MiB (spills L2).
+    {std::numeric_limits<int64_t>::max(), 32, 32},
+};
+inline constexpr int64_t kCpuChunk = 16;  // floats per vectorized column chunk
+
+constexpr bool cpu_tiles_valid() {
+  int64_t previous = 0;
+  for (const CpuTile& t : kCpuTiles) {
+    if (t.max_head_dim <= previous) return false;  // sorted, no duplicates
+    if (t.rows <= 0 || t.rows % kCpuChunk != 0) return false;
+    if (t.keys <= 0 || t.keys > 4096) return false;
+    previous = t.max_head_dim;
+  }
+  return previous == std::numeric_limits<int64_t>::max();  // covers every head dim
+}
+static_assert(cpu_tiles_valid(),
+              "kCpuTiles: sorted by max_head_dim, rows a positive multiple of kCpuChunk, "
+              "keys in [1, 4096], last row covers every head dim");
+
+// ---------------------------------------------------------------- launch
+
+// Everything a work item needs, resolved by fused.cpp (plain data only).
+struct FusedArgs {
+  int64_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0, dqk = 0, dv = 0;
+  DType dtype = DType::F32;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  int64_t q_strides[4] = {}, k_strides[4] = {}, v_strides[4] = {}, out_strides[4] = {};
+  float* lse = nullptr;  // null when not requested
+  int64_t lse_strides[3] = {};
+  MaskKind mask_kind = MaskKind::None;
+  DType mask_dtype = DType::F32;
+  const void* mask = nullptr;
+  int64_t mask_strides[4] = {};  // 0 in broadcast dims
+  const float* sinks = nullptr;  // null when absent
+  int64_t sinks_stride = 0;
+  Options options;          // causal / window, for visible_keys() of core/semantics.h
+  float scale_log2 = 0.0f;  // scale * log2(e), folded into Q
+  // Tiling (fused_layout in fused.cpp).
+  int64_t heads_per_tile = 1;  // query heads of one kv group per tile
+  int64_t head_chunks = 1;     // ceil(group / heads_per_tile)
+  int64_t queries_per_tile = 1;
+  int64_t query_blocks = 0;  // ceil(len_q / queries_per_tile)
+  int64_t rows_pad = 0;      // heads_per_tile * queries_per_tile rounded up to kCpuChunk
+  int64_t tile_keys = 0;
+  int64_t dqk_pad = 0;  // K row stride in the workspace (floats)
+  int64_t dv_pad = 0;   // V / O row stride, a multiple of kCpuChunk
+};
+
+// Bytes of workspace one thread needs (plus 64 bytes of alignment slack).
+size_t fused_thread_bytes(const FusedArgs& args);
+
+// Runs work item `item` (0 <= item < batch*heads_kv*head_chunks*query_blocks)
+// with the thread's workspace (fused_thread_bytes bytes, any alignment).
+void fused_item_generic(const FusedArgs& args, std::byte* workspace, int64_t item);
+#if FSDPA_HAVE_AVX2_KERNEL
+void fused_item_avx2(const FusedArgs& args, std::byte* workspace, int64_t item);
+#endif
+
+}  // namespace fsdpa::detail::cpu
+
+// ================================================================ kernel body
+#ifdef FSDPA_FUSED_KERNEL_BODY
+
+#ifndef FSDPA_FUSED_VEC_BYTES
+#error "define FSDPA_FUSED_VEC_BYTES (16 or 32) before including the kernel body"
+#endif
+
+#include <cmath>
+
+#include "core/half.h"
+#include "core/semantics.h"
+#if FSDPA_FUSED_F16C
+#include <immintrin.h>
+#endif
+
+namespace fsdpa::detail::cpu {
+namespace {
+
+// GCC/Clang generic vectors: SSE in the generic build, AVX2+FMA in the AVX2
+// build, from the same source. Used only for the two register-blocked
+// micro-kernels, where the plain-loop form left the accumulators on the stack.
+typedef float Vec __attribute__((vector_size(FSDPA_FUSED_VEC_BYTES)));
+constexpr int kLanes = FSDPA_FUSED_VEC_BYTES / 4;
+constexpr int kChunk = static_cast<int>(kCpuChunk);
+constexpr int kVecs = kChunk / kLanes;  // vectors per column chunk
+static_assert(kChunk % kLanes == 0);
+
+// Register blocking: keys per Q.K^T block and rows per P.V block. AVX2:
+// 6 x 2 ymm accumulators + 2 loads + 1 broadcast = 15 of 16 registers.
+constexpr int kBlockQK = FSDPA_FUSED_VEC_BYTES == 32 ? 6 : 3;
+constexpr int kBlockPV = FSDPA_FUSED_VEC_BYTES == 32 ? 6 : 3;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kLog2e = 1.44269504088896340736f;
+constexpr double kLn2 = 0.693147180559945309417;
+
+inline int64_t imin(int64_t x, int64_t y) { return x < y ? x : y; }
+inline int64_t imax(int64_t x, int64_t y) { return x > y ? x : y; }
+
+inline Vec load_vec(const float* p) {
+  Vec v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store_vec(float* p, Vec v) { __builtin_memcpy(p, &v, sizeof v); }
+
+inline float bits_as_float(uint32_t bits) {
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline uint32_t float_as_bits(float f) {
+  uint32_t bits;
+  __builtin_memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// 2^x for x <= 0 (the argument of every exp in the online softmax), written
+// so the compiler vectorizes loops of it: round-to-nearest split x = n + f
+// with f in [-0.5, 0.5], 2^f by a degree-6 polynomial (relative error
+// < 2e-7), 2^n by building the exponent bits. x < -126 (so -inf) and NaN
+// (from -inf - -inf) give exactly 0.
+inline float exp2_neg(float x) {
+  // Branch-free selects (integer masks) so GCC if-converts the loop without
+  // -fno-trapping-math: a float operation inside a ?: arm blocks it.
+  const uint32_t keep = 0u - static_cast<uint32_t>(x > -126.0f);  // all ones or 0
+  const float xc = bits_as_float((float_as_bits(x) & keep) | (float_as_bits(-126.0f) & ~keep));
+  const float shifted = xc + 12582912.0f;  // 1.5 * 2^23: rounds to an integer
+  const float n = shifted - 12582912.0f;
+  const float f = xc - n;
+  const int32_t ni = static_cast<int32_t>(float_as_bits(shifted)) - 0x4B400000;
+  const float pow2n = bits_as_float(static_cast<uint32_t>(ni + 127) << 23);
+  float p = 1.5403530393381606e-4f;  // ln2^k / k!, k = 6 .. 0
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.0f;
+  return bits_as_float(float_as_bits(p * pow2n) & keep);
+}
+
+// --------------------------------------------------------------- storage
+
+template <DType D>
+struct Storage {
+  using type = uint16_t;
+};
+template <>
+struct Storage<DType::F32> {
+  using type = float;
+};
+
+template <DType D>
+inline float widen(typename Storage<D>::type x) {
+  if constexpr (D == DType::F32) {
+    return x;
+  } else if constexpr (D == DType::BF16) {
+    return bits_as_float(static_cast<uint32_t>(x) << 16);
+  } else {
+#if FSDPA_FUSED_F16C
+    return _cvtsh_ss(x);
+#else
+    return f16_to_float(x);
+#endif
+  }
+}
+
+template <DType D>
+inline typename Storage<D>::type narrow(float x) {
+  if constexpr (D == DType::F32) {
+    return x;
+  } else if constexpr (D == DType::BF16) {
+    const uint32_t bits = float_as_bits(x);  // round to nearest even, NaN stays NaN
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);
+    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  } else {
+#if FSDPA_FUSED_F16C
+    return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+#else
+    return float_to_f16(x);
+#endif
+  }
+}
+
+// dst[i] = src[i * stride] as f32, i < n.
+template <DType D>
+void load_row(const void* base, int64_t offset, int64_t stride, int64_t n, float* __restrict dst) {
+  using T = typename Storage<D>::type;
+  const T* __restrict src = static_cast<const T*>(base) + offset;
+  if (stride == 1) {
+    int64_t i = 0;
+#if FSDPA_FUSED_F16C
+    if constexpr (D == DType::F16) {
+      for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = widen<D>(src[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = widen<D>(src[i * stride]);
+  }
+}
+
+// ------------------------------------------------------------ micro-kernels
+
+// S^T[j][r] = sum_d K[j][d] * Q^T[d][r] for MR keys and one chunk of 16 rows:
+// each K element is broadcast, each Q^T row chunk loaded once per d.
+template <int MR>
+void qk_block(const float* __restrict kf, int64_t k_stride, const float* __restrict qt,
+              int64_t rows_pad, int64_t dqk, float* __restrict st) {
+  Vec acc[MR][kVecs] = {};
+  for (int64_t d = 0; d < dqk; ++d) {
+    Vec q[kVecs];
+    for (int v = 0; v < kVecs; ++v) q[v] = load_vec(qt + d * rows_pad + v * kLanes);
+    for (int j = 0; j < MR; ++j) {
+      const float kj = kf[j * k_stride + d];
+      for (int v = 0; v < kVecs; ++v) acc[j][v] += kj * q[v];
+    }
+  }
+  for (int j = 0; j < MR; ++j)
+    for (int v = 0; v < kVecs; ++v) store_vec(st + j * rows_pad + v * kLanes, acc[j][v]);
+}
+
+// O[r][c] = O[r][c] * alpha[r] + sum_j P^T[j][r] * V[j][c] for MR rows and one
+// chunk of 16 columns: each V row chunk loaded once per j, P broadcast.
+template <int MR>
+void pv_block(float* __restrict o, int64_t dv_pad, const float* __restrict alpha,
+              const float* __restrict pt, int64_t rows_pad, const float* __restrict vf,
+              int64_t keys) {
+  Vec acc[MR][kVecs];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = load_vec(o + r * dv_pad + v * kLanes) * alpha[r];
+  for (int64_t j = 0; j < keys; ++j) {
+    Vec x[kVecs];
+    for (int v = 0; v < kVecs; ++v) x[v] = load_vec(vf + j * dv_pad + v * kLanes);
+    for (int r = 0; r < MR; ++r) {
+      const float p = pt[j * rows_pad + r];
+      for (int v = 0; v < kVecs; ++v) acc[r][v] += p * x[v];
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < kVecs; ++v) store_vec(o + r * dv_pad + v * kLanes, acc[r][v]);
+}
+
+// Tail dispatch: runs the block of exactly `count` (< MR) keys / rows.
+template <int MR>
+void qk_tail(int count, const float* kf, int64_t k_stride, const float* qt, int64_t rows_pad,
+             int64_t dqk, float* st) {
+  if constexpr (MR > 0) {
+    if (count == MR) return qk_block<MR>(kf, k_stride, qt, rows_pad, dqk, st);
+    qk_tail<MR - 1>(count, kf, k_stride, qt, rows_pad, dqk, st);
+  }
+}
+template <int MR>
+void pv_tail(int count, float* o, int64_t dv_pad, const float* alpha, const float* pt,
+             int64_t rows_pad, const float* vf, int64_t keys) {
+  if constexpr (MR > 0) {
+    if (count == MR) return pv_block<MR>(o, dv_pad, alpha, pt, rows_pad, vf, keys);
+    pv_tail<MR - 1>(count, o, dv_pad, alpha, pt, rows_pad, vf, keys);
+  }
+}
+
+// ------------------------------------------------------------- masks
+
+// Adds mask[b, h, i, k0 : k0 + keys] (times log2 e) to column r of S^T, or
+// sets -inf where a boolean mask says drop.
+void apply_mask(const FusedArgs& a, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t keys,
+                float* s_col, int64_t rows_pad) {
+  const int64_t offset = b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] +
+                         k0 * a.mask_strides[3];
+  const int64_t stride = a.mask_strides[3];
+  if (a.mask_kind == MaskKind::Boolean) {
+    const uint8_t* m = static_cast<const uint8_t*>(a.mask) + offset;
+    for (int64_t j = 0; j < keys; ++j)
+      if (m[j * stride] == 0) s_col[j * rows_pad] = kNegInf;
+    return;
+  }
+  switch (a.mask_dtype) {
+    case DType::F32: {
+      const float* m = static_cast<const float*>(a.mask) + offset;
+      for (int64_t j = 0; j < keys; ++j) s_col[j * rows_pad] += m[j * stride] * kLog2e;
+      return;
+    }
+    case DType::F16: {
+      const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
+      for (int64_t j = 0; j < keys; ++j)
+        s_col[j * rows_pad] += widen<DType::F16>(m[j * stride]) * kLog2e;
+      return;
+    }
+    case DType::BF16: {
+      const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
+      for (int64_t j = 0; j < keys; ++j)
+        s_col[j * rows_pad] += widen<DType::BF16>(m[j * stride]) * kLog2e;
+      return;
+    }
+    case DType::Bool:
+      return;  // not reachable: a Bool mask has mask_kind Boolean
+  }
+}
+
+// ------------------------------------------------------------- workspace
+
+struct Workspace {
+  float* qt;     // dqk x rows_pad: Q^T * scale * log2 e
+  float* kf;     // tile_keys x dqk_pad
+  float* vf;     // tile_keys x dv_pad (columns >= dv zero)
+  float* st;     // tile_keys x rows_pad: S^T, then P^T
+  float* o;      // rows_pad x dv_pad: the accumulator
+  float* m;      // rows_pad: running max (base 2)
+  float* l;      // rows_pad: running sum
+  float* alpha;  // rows_pad: per-tile rescale factor
+  int64_t* vb;   // rows_pad: visible key range per row
+  int64_t* ve;
+};
+
+inline Workspace carve(const FusedArgs& a, std::byte* raw) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(raw);
+  float* p = reinterpret_cast<float*>(raw + ((64 - address % 64) % 64));
+  Workspace w{};
+  auto take = [&p](int64_t floats) {
+    float* start = p;
+    p += (floats + 15) / 16 * 16;  // keep every section 64-byte aligned
+    return start;
+  };
+  w.qt = take(a.dqk * a.rows_pad);
+  w.kf = take(a.tile_keys * a.dqk_pad);
+  w.vf = take(a.tile_keys * a.dv_pad);
+  w.st = take(a.tile_keys * a.rows_pad);
+  w.o = take(a.rows_pad * a.dv_pad);
+  w.m = take(a.rows_pad);
+  w.l = take(a.rows_pad);
+  w.alpha = take(a.rows_pad);
+  w.vb = reinterpret_cast<int64_t*>(take(2 * a.rows_pad));
+  w.ve = reinterpret_cast<int64_t*>(take(2 * a.rows_pad));
+  return w;
+}
+
+// ------------------------------------------------------------- one item
+
+template <DType D>
+void run_item(const FusedArgs& a, std::byte* raw, int64_t item) {
+  using T = typename Storage<D>::type;
+  const Workspace w = carve(a, raw);
+  const int64_t rp = a.rows_pad;
+
+  // Heaviest query blocks first (causal), across all heads.
+  const int64_t per_block = a.batch * a.heads_kv * a.head_chunks;
+  const int64_t qblock = a.query_blocks - 1 - item / per_block;
+  int64_t rest = item % per_block;
+  const int64_t chunk = rest % a.head_chunks;
+  rest /= a.head_chunks;
+  const int64_t g = rest % a.heads_kv;
+  const int64_t b = rest / a.heads_kv;
+
+  const int64_t group = a.heads_q / a.heads_kv;
+  const int64_t h0 = g * group + chunk * a.heads_per_tile;
+  const int64_t nh = imin(a.heads_per_tile, group - chunk * a.heads_per_tile);
+  const int64_t i0 = qblock * a.queries_per_tile;
+  const int64_t nq = imin(a.queries_per_tile, a.len_q - i0);
+  const int64_t rows = nq * nh;  // row r: query i0 + r / nh, head h0 + r % nh
+
+  // Q^T, scaled into the base-2 domain; padding rows are zero.
+  for (int64_t r = 0; r < rp; ++r) {
+    float* __restrict col = w.qt + r;
+    if (r >= rows) {
+      for (int64_t d = 0; d < a.dqk; ++d) col[d * rp] = 0.0f;
+      continue;
+    }
+    const int64_t h = h0 + r % nh, i = i0 + r / nh;
+    const T* src =
+        static_cast<const T*>(a.q) + b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
+    const int64_t s3 = a.q_strides[3];
+    for (int64_t d = 0; d < a.dqk; ++d) col[d * rp] = widen<D>(src[d * s3]) * a.scale_log2;
+  }
+
+  // Visible key ranges; the item streams the union.
+  int64_t k_begin = a.len_k, k_end = 0;      // union
+  int64_t all_begin = 0, all_end = a.len_k;  // intersection
+  for (int64_t r = 0; r < rows; ++r) {
+    const KeyRange range = visible_keys(a.options, a.len_q, a.len_k, i0 + r / nh);
+    w.vb[r] = range.begin;
+    w.ve[r] = imax(range.begin, range.end);
+    if (w.ve[r] > w.vb[r]) {
+      k_begin = imin(k_begin, w.vb[r]);
+      k_end = imax(k_end, w.ve[r]);
+    }
+    all_begin = imax(all_begin, w.vb[r]);
+    all_end = imin(all_end, w.ve[r]);
+  }
+
+  for (int64_t r = 0; r < rp; ++r) {
+    w.m[r] = kNegInf;
+    w.l[r] = 0.0f;
+  }
+  for (int64_t x = 0; x < rows * a.dv_pad; ++x) w.o[x] = 0.0f;
+  for (int64_t x = 0; x < a.tile_keys * a.dv_pad; ++x) w.vf[x] = 0.0f;
+
+  const T* k_base = static_cast<const T*>(a.k) + b * a.k_strides[0] + g * a.k_strides[1];
+  const T* v_base = static_cast<const T*>(a.v) + b * a.v_strides[0] + g * a.v_strides[1];
+
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += a.tile_keys) {
+    const int64_t keys = imin(a.tile_keys, k_end - k0);
+
+    // K and V rows of the tile to f32.
+    for (int64_t j = 0; j < keys; ++j) {
+      load_row<D>(k_base, (k0 + j) * a.k_strides[2], a.k_strides[3], a.dqk, w.kf + j * a.dqk_pad);
+      load_row<D>(v_base, (k0 + j) * a.v_strides[2], a.v_strides[3], a.dv, w.vf + j * a.dv_pad);
+    }
+
+    // S^T = K . Q^T (base-2 scores).
+    for (int64_t r0 = 0; r0 < rp; r0 += kChunk) {
+      int64_t j0 = 0;
+      for (; j0 + kBlockQK <= keys; j0 += kBlockQK)
+        qk_block<kBlockQK>(w.kf + j0 * a.dqk_pad, a.dqk_pad, w.qt + r0, rp, a.dqk,
+                           w.st + j0 * rp + r0);
+      if (j0 < keys)
+        qk_tail<kBlockQK - 1>(static_cast<int>(keys - j0), w.kf + j0 * a.dqk_pad, a.dqk_pad,
+                              w.qt + r0, rp, a.dqk, w.st + j0 * rp + r0);
+    }
+
+    // Masks: array mask, then the causal / window range where this tile is
+    // not wholly visible to every row.
+    if (a.mask_kind != MaskKind::None)
+      for (int64_t r = 0; r < rows; ++r)
+        apply_mask(a, b, h0 + r % nh, i0 + r / nh, k0, keys, w.st + r, rp);
+    if (!(all_begin <= k0 && k0 + keys <= all_end)) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t lo = imin(imax(w.vb[r] - k0, 0), keys);
+        const int64_t hi = imin(imax(w.ve[r] - k0, lo), keys);
+        float* col = w.st + r;
+        for (int64_t j = 0; j < lo; ++j) col[j * rp] = kNegInf;
+        for (int64_t j = hi; j < keys; ++j) col[j * rp] = kNegInf;
+      }
+    }
+
+    // Online softmax, vectorized over rows.
+    {
+      float* __restrict m = w.m;
+      float* __restrict l = w.l;
+      float* __restrict alpha = w.alpha;
+      for (int64_t r = 0; r < rp; ++r) alpha[r] = m[r];  // the new max, for now
+      for (int64_t j = 0; j < keys; ++j) {
+        const float* __restrict s = w.st + j * rp;
+        for (int64_t r = 0; r < rp; ++r) alpha[r] = s[r] > alpha[r] ? s[r] : alpha[r];
+      }
+      for (int64_t r = 0; r < rp; ++r) {
+        const float new_max = alpha[r];
+        alpha[r] = exp2_neg(m[r] - new_max);  // 0 while m was -inf (NaN -> 0 too)
+        l[r] *= alpha[r];
+        m[r] = new_max;
+      }
+      for (int64_t j = 0; j < keys; ++j) {
+        float* __restrict s = w.st + j * rp;
+        for (int64_t r = 0; r < rp; ++r) {
+          const float p = exp2_neg(s[r] - m[r]);
+          s[r] = p;
+          l[r] += p;
+        }
+      }
+    }
+
+    // O = O * alpha + P . V
+    for (int64_t c0 = 0; c0 < a.dv_pad; c0 += kChunk) {
+      int64_t r0 = 0;
+      for (; r0 + kBlockPV <= rows; r0 += kBlockPV)
+        pv_block<kBlockPV>(w.o + r0 * a.dv_pad + c0, a.dv_pad, w.alpha + r0, w.st + r0, rp,
+                           w.vf + c0, keys);
+      if (r0 < rows)
+        pv_tail<kBlockPV - 1>(static_cast<int>(rows - r0), w.o + r0 * a.dv_pad + c0, a.dv_pad,
+                              w.alpha + r0, w.st + r0, rp, w.vf + c0, keys);
+    }
+  }
+
+  // Finalize: sink, normalization, LSE (in double: once per row).
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = h0 + r % nh, i = i0 + r / nh;
+    const double row_max = static_cast<double>(w.m[r]) * kLn2;  // natural units; -inf stays
+    const double sink = a.sinks ? static_cast<double>(a.sinks[h * a.sinks_stride])
+                                : -std::numeric_limits<double>::infinity();
+    const double top = (row_max > sink ? row_max : sink);
+    double factor = 0.0, lse = -std::numeric_limits<double>::infinity();
+    if (top != -std::numeric_limits<double>::infinity()) {
+      const double keep = std::exp(row_max - top);  // 0 when no key was visible
+      const double denominator = static_cast<double>(w.l[r]) * keep + std::exp(sink - top);
+      factor = keep / denominator;
+      lse = top + std::log(denominator);
+    }
+    const float f = static_cast<float>(factor);
+    T* dst =
+        static_cast<T*>(a.out) + b * a.out_strides[0] + h * a.out_strides[1] + i * a.out_strides[2];
+    const int64_t s3 = a.out_strides[3];
+    const float* acc = w.o + r * a.dv_pad;
+    if (factor == 0.0) {
+      for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(0.0f);
+    } else if (s3 == 1) {
+      for (int64_t c = 0; c < a.dv; ++c) dst[c] = narrow<D>(acc[c] * f);
+    } else {
+      for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(acc[c] * f);
+    }
+    if (a.lse)
+      a.lse[b * a.lse_strides[0] + h * a.lse_strides[1] + i * a.lse_strides[2]] =
+          static_cast<float>(lse);
+  }
+}
+
+inline void run_item_any(const FusedArgs& a, std::byte* workspace, int64_t item) {
+  switch (a.dtype) {
+    case DType::F32:
+      return run_item<DType::F32>(a, workspace, item);
+    case DType::F16:
+      return run_item<DType::F16>(a, workspace, item);
+    case DType::BF16:
+      return run_item<DType::BF16>(a, workspace, item);
+    case DType::Bool:
+      return;  // rejected by validation
+  }
+}
+
+}  // namespace
+}  // namespace fsdpa::detail::cpu
+
+#endif  // FSDPA_FUSED_KERNEL_BODY
