@@ -1,14 +1,185 @@
-// PLACEHOLDER (being written): the CUDA prefill family.
+// The fused prefill row of the selection table: which problems the compiled
+// mma.sync instances serve (and why not), their configuration, the launch.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/validate.h"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device.h"
+#include "cuda/prefill/config.h"
+#include "cuda/prefill/dispatch.h"
 #include "cuda/prefill/prefill.h"
+#include "cuda/prefill/simt_f32.h"
+
+#ifndef FSDPA_HEAD_DIMS_STRING
+#define FSDPA_HEAD_DIMS_STRING "all"
+#endif
 
 namespace fsdpa::detail::cuda {
 
-Verdict prefill_supports(const Problem&, const Options&) {
-  return Verdict::no("the prefill kernels are not written yet");
+namespace {
+
+constexpr int kBucketStep = 16;  // the mma k step
+constexpr int kLargestBucket = 256;
+
+int64_t bucket_of(int64_t head_dim) {
+  const int64_t rounded = (head_dim + kBucketStep - 1) / kBucketStep * kBucketStep;
+  return rounded < kBucketStep ? kBucketStep : rounded;
 }
-void prefill_configure(const Problem&, Plan&) {}
-void prefill_launch(const Plan&, const Tensors&, void*, void*) {
-  throw Unsupported("fsdpa: the prefill kernels are not written yet");
+
+// The smallest compiled pair covering both head dims (by bucket_qk + bucket_v,
+// the cost of a row); nullptr when none.
+const PrefillInstance* find_instance(int64_t head_dim_qk, int64_t head_dim_v) {
+  const int64_t qk = bucket_of(head_dim_qk), dv = bucket_of(head_dim_v);
+  const PrefillInstance* best = nullptr;
+  for (const PrefillInstance& instance : kPrefillInstances) {
+    if (!instance.compiled || instance.head_dim_qk_bucket < qk || instance.head_dim_v_bucket < dv)
+      continue;
+    if (best == nullptr || instance.head_dim_qk_bucket + instance.head_dim_v_bucket <
+                               best->head_dim_qk_bucket + best->head_dim_v_bucket)
+      best = &instance;
+  }
+  return best;
+}
+
+bool has_device(int index) { return index >= 0 && index < device_count(); }
+
+std::string str(int64_t x) { return std::to_string(x); }
+
+}  // namespace
+
+std::vector<PrefillBucketPair> prefill_bucket_pairs() {
+  std::vector<PrefillBucketPair> pairs;
+  for (const PrefillInstance& instance : kPrefillInstances)
+    pairs.push_back({instance.head_dim_qk_bucket, instance.head_dim_v_bucket, instance.compiled});
+  return pairs;
+}
+
+Verdict prefill_supports(const Problem& p, const Options& options) {
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16 && p.dtype != DType::F32)
+    return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
+                       " is not one of bf16, f16, f32");
+  if (!p.rows_contiguous_aligned)
+    return Verdict::no(
+        "rows must have stride 1 and 16-byte alignment (q, k, v and out: last-dimension stride "
+        "1, base pointer and every other stride a multiple of 16 bytes)");
+  if (p.head_dim_qk > kLargestBucket)
+    return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) +
+                       " exceeds the largest prefill bucket " + str(kLargestBucket));
+  if (p.head_dim_v > kLargestBucket)
+    return Verdict::no("head_dim_v=" + str(p.head_dim_v) + " exceeds the largest prefill bucket " +
+                       str(kLargestBucket));
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  if (p.len_q > kIntMax || p.len_k > kIntMax)
+    return Verdict::no("len_q=" + str(p.len_q) + ", len_k=" + str(p.len_k) +
+                       ": prefill supports lengths up to " + str(kIntMax));
+  if (p.batch > 65535 || p.heads_q > 65535)
+    return Verdict::no("batch=" + str(p.batch) + ", heads_q=" + str(p.heads_q) +
+                       ": prefill supports at most 65535 of each (grid limits)");
+  if (p.dtype == DType::F32) return simt_f32_supports(p, options);
+  if (find_instance(p.head_dim_qk, p.head_dim_v) == nullptr)
+    return Verdict::no(
+        "head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
+        " need bucket " + str(bucket_of(p.head_dim_qk)) + "/" + str(bucket_of(p.head_dim_v)) +
+        ", which is not compiled into this build (FSDPA_HEAD_DIMS=" + FSDPA_HEAD_DIMS_STRING ")");
+  if (has_device(p.device.index)) {
+    const DeviceInfo& info = device_info(p.device.index);
+    if (info.compute_capability < 80)
+      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
+                         " of device " + std::to_string(p.device.index) +
+                         " is below the sm_80 that mma.sync prefill needs");
+    const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+    const size_t needed = static_cast<size_t>(
+        prefill_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2));
+    if (needed > info.shared_memory_per_block_optin)
+      return Verdict::no("bucket " + std::to_string(instance->head_dim_qk_bucket) + "/" +
+                         std::to_string(instance->head_dim_v_bucket) + " needs " +
+                         std::to_string(needed) + " bytes of shared memory per block, device " +
+                         std::to_string(p.device.index) + " allows " +
+                         std::to_string(info.shared_memory_per_block_optin));
+  }
+  return Verdict::yes();
+}
+
+void prefill_configure(const Problem& p, Plan& plan) {
+  plan.num_kv_splits = 1;
+  plan.workspace_bytes = 0;
+  if (p.dtype == DType::F32) {
+    simt_f32_configure(p, plan);
+    return;
+  }
+  const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
+  plan.head_dim_qk_bucket = instance->head_dim_qk_bucket;
+  plan.head_dim_v_bucket = instance->head_dim_v_bucket;
+  const int64_t dims = p.head_dim_qk + p.head_dim_v;
+  plan.pad_ratio = dims > 0
+                       ? static_cast<double>(plan.head_dim_qk_bucket + plan.head_dim_v_bucket) /
+                             static_cast<double>(dims)
+                       : 1.0;
+  const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
+  plan.tile_q = prefill_tile_q(tile);
+  plan.tile_k = tile.tile_k;
+}
+
+PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
+  const Problem& p = plan.problem;
+  PrefillParams params;
+  params.q = t.q.data;
+  params.k = t.k.data;
+  params.v = t.v.data;
+  params.out = t.out.data;
+  for (int d = 0; d < 3; ++d) {
+    params.q_strides[d] = t.q.strides[d];
+    params.k_strides[d] = t.k.strides[d];
+    params.v_strides[d] = t.v.strides[d];
+    params.out_strides[d] = t.out.strides[d];
+  }
+  if (t.lse) {
+    params.lse = static_cast<float*>(t.lse->data);
+    for (int d = 0; d < 3; ++d) params.lse_strides[d] = t.lse->strides[d];
+  }
+  params.batch = static_cast<int>(p.batch);
+  params.heads_q = static_cast<int>(p.heads_q);
+  params.kv_group_size = static_cast<int>(p.heads_q / p.heads_kv);
+  params.head_dim_qk = static_cast<int>(p.head_dim_qk);
+  params.head_dim_v = static_cast<int>(p.head_dim_v);
+  params.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
+  params.semantics = make_mask_semantics(p, plan.options, t);
+  return params;
+}
+
+void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
+  const Problem& p = plan.problem;
+  if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
+  const PrefillParams params = make_prefill_params(plan, t);
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  if (p.dtype == DType::F32) {
+    simt_f32_launch(params, cuda_stream);
+    return;
+  }
+  for (const PrefillInstance& instance : kPrefillInstances) {
+    if (instance.head_dim_qk_bucket != plan.head_dim_qk_bucket ||
+        instance.head_dim_v_bucket != plan.head_dim_v_bucket || !instance.compiled)
+      continue;
+    switch (p.dtype) {
+      case DType::BF16:
+        instance.bf16(params, cuda_stream);
+        return;
+      case DType::F16:
+        instance.f16(params, cuda_stream);
+        return;
+      default:
+        break;
+    }
+  }
+  throw Error("fsdpa: internal: prefill plan for bucket " + str(plan.head_dim_qk_bucket) + "/" +
+              str(plan.head_dim_v_bucket) + " dtype " + to_string(p.dtype) +
+              " has no compiled instance");
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -1,6 +1,9 @@
 // The CUDA prefill family's entry points for the selection table.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "select/table.h"
 
 namespace fsdpa::detail::cuda {
@@ -8,5 +11,14 @@ namespace fsdpa::detail::cuda {
 Verdict prefill_supports(const Problem& problem, const Options& options);
 void prefill_configure(const Problem& problem, Plan& plan);
 void prefill_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+
+// The (Dqk bucket, Dv bucket) pairs of the generated instance list and
+// whether each is compiled into this build (FSDPA_HEAD_DIMS); for tests.
+struct PrefillBucketPair {
+  int head_dim_qk_bucket;
+  int head_dim_v_bucket;
+  bool compiled;
+};
+std::vector<PrefillBucketPair> prefill_bucket_pairs();
 
 }  // namespace fsdpa::detail::cuda

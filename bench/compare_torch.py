@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Side-by-side prefill benchmark on the very same tensors: fsdpa fused,
+fsdpa unfused, PyTorch SDPA backends (flash, efficient, cudnn, math) and
+FlexAttention, for the prefill rows of ANCHORS.md (non-causal and causal)
+and the long-context chunk rows.
+
+Reports TFLOP/s (causal counts half), the ratio of fsdpa fused to each
+competitor, peak transient device memory, the error against float64, and
+the ceilings (copy bandwidth, bf16 GEMM) measured in the same run. Writes
+JSON, a markdown table and a PNG plot.
+
+    FSDPA_LIBRARY=.devbuild/libfsdpa.so python3 bench/compare_torch.py --out DIR
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fsdpa  # noqa: E402
+
+DEV = "cuda"
+PREFILL_DIMS = [(64, 64), (72, 72), (80, 80), (96, 96), (112, 112), (128, 128), (160, 160),
+                (192, 192), (256, 256), (288, 288), (512, 512), (96, 64), (192, 128), (576, 512)]
+# FlexAttention compiles per shape (~10 s each): only the pairs it is the
+# target for (96/64, 192/128).
+FLEX_DIMS = {(96, 64, False), (192, 128, False)}
+
+
+def timed(fn, warmup=2, reps=10):
+    """Median milliseconds of `reps` CUDA-event-timed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def ceilings():
+    x = torch.empty(2 << 30, dtype=torch.uint8, device=DEV)
+    y = torch.empty_like(x)
+    ms = timed(lambda: y.copy_(x), 2, 10)
+    copy_tbs = 2 * x.numel() / (ms * 1e-3) / 1e12
+    del x, y
+    a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEV)
+    b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEV)
+    ms = timed(lambda: a @ b, 3, 10)
+    gemm = 2 * 8192**3 / (ms * 1e-3) / 1e12
+    return {"copy_TBps": copy_tbs, "bf16_gemm_TFLOPs": gemm}
+
+
+def reference_error(out, q, k, v, causal, heads=2):
+    """||out - ref|| / ||ref|| over batch 0 and the first heads, ref in float64."""
+    group = q.shape[1] // k.shape[1]
+    qs = q[0, :heads].double()
+    ks = k[0, [h // group for h in range(heads)]].double()
+    vs = v[0, [h // group for h in range(heads)]].double()
+    s = qs @ ks.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        lq, lk = s.shape[-2:]
+        keep = torch.ones(lq, lk, dtype=torch.bool, device=DEV).tril(lk - lq)
+        s = s.masked_fill(~keep, float("-inf"))
+    ref = torch.softmax(s, -1) @ vs
+    got = out[0, :heads].double()
+    return ((got - ref).norm() / ref.norm()).item()
+
+
+def run_row(shape, causal, args, flex_ok):
+    b, hq, hkv, lq, lk, dqk, dv = shape
+    flops = 4.0 * b * hq * lq * lk * (dqk + dv) / 2 * (0.5 if causal else 1.0)
+    q = torch.randn(b, hq, lq, dqk, dtype=torch.bfloat16, device=DEV)
+    k = torch.randn(b, hkv, lk, dqk, dtype=torch.bfloat16, device=DEV)
+    v = torch.randn(b, hkv, lk, dv, dtype=torch.bfloat16, device=DEV)
+    out = torch.empty(b, hq, lq, dv, dtype=torch.bfloat16, device=DEV)
+    row = {"B": b, "Hq": hq, "Hkv": hkv, "Lq": lq, "Lk": lk, "Dqk": dqk, "Dv": dv,
+           "causal": causal, "results": {}}
+    # torch's is_causal is top-left; it equals bottom-right only when Lq == Lk.
+    align = "top_left"
+
+    def fsdpa_call(policy):
+        return lambda: fsdpa.attention(q, k, v, causal=causal, causal_align=align,
+                                       policy=policy, out=out)
+
+    def sdpa_call(backend):
+        def call():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                      enable_gqa=hq != hkv)
+        return call
+
+    candidates = [("fsdpa_fused", fsdpa_call("fused"), "fsdpa"),
+                  ("fsdpa_unfused", fsdpa_call("unfused"), "fsdpa")]
+    for name, backend in [("flash", SDPBackend.FLASH_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                          ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]:
+        if name == "math" and b * hq * lq * lk * 2 > args.math_limit:
+            continue
+        candidates.append((name, sdpa_call(backend), "torch"))
+    if flex_ok and (dqk, dv, causal) in FLEX_DIMS and not args.no_flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            compiled = torch.compile(flex_attention, dynamic=False)
+            block_mask = None
+            if causal:
+                block_mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, lq, lk,
+                                               device=DEV)
+            candidates.append(("flex", lambda: compiled(q, k, v, block_mask=block_mask,
+                                                        enable_gqa=hq != hkv), "torch"))
+        except Exception as e:  # noqa: BLE001
+            row["results"]["flex"] = {"error": f"{type(e).__name__}: {e}"[:200]}
+    for name, fn, kind in candidates:
+        entry = {}
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            result = fn()
+            torch.cuda.synchronize()
+            result = out if result is None or kind == "fsdpa" else result
+            peak = torch.cuda.max_memory_allocated() - base
+            if kind == "fsdpa":
+                info = fsdpa.plan(q, k, v, causal=causal, causal_align=align,
+                                  policy="fused" if name == "fsdpa_fused" else "unfused")
+                entry["kernel"] = info.kernel
+                entry["path"] = info.path
+                entry["bucket"] = f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}"
+                # fsdpa's workspace comes from cudaMallocAsync, outside torch's allocator.
+                peak = info.workspace_bytes
+            else:
+                peak -= result.numel() * result.element_size()  # the output is not transient
+            entry["transient_bytes"] = max(int(peak), 0)
+            entry["error"] = reference_error(result, q, k, v, causal)
+            ms = timed(fn, args.warmup, args.reps)
+            entry["ms"] = ms
+            entry["TFLOPs"] = flops / (ms * 1e-3) / 1e12
+        except Exception as e:  # noqa: BLE001
+            entry = {"error_message": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+        row["results"][name] = entry
+        torch.cuda.empty_cache()
+    fused = row["results"].get("fsdpa_fused", {}).get("TFLOPs")
+    row["ratios"] = {n: fused / r["TFLOPs"] for n, r in row["results"].items()
+                     if fused and "TFLOPs" in r and n != "fsdpa_fused"}
+    return row
+
+
+def fmt(x, digits=0):
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(report):
+    c = report["ceilings"]
+    lines = [f"# fsdpa prefill vs PyTorch on {report['gpu']}", "",
+             f"Command: `{report['command']}`  ",
+             f"torch {report['torch']}; ceilings in this run: copy {c['copy_TBps']:.2f} TB/s, "
+             f"bf16 GEMM {c['bf16_gemm_TFLOPs']:.0f} TFLOP/s. bf16, TFLOP/s = "
+             "4·B·H·Lq·Lk·(Dqk+Dv)/2 (causal: half) over the median time. "
+             "Error: ‖out−ref‖/‖ref‖ against float64 (batch 0, 2 heads).", "",
+             "| shape | causal | Dqk/Dv | fsdpa fused | bucket | fsdpa unfused | flash | efficient |"
+             " cudnn | math | flex | ×flash | ×cudnn | ×flex | fused err | fused/unfused/flash transient MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["rows"]:
+        r = row["results"]
+        tf = {n: r.get(n, {}).get("TFLOPs") for n in
+              ["fsdpa_fused", "fsdpa_unfused", "flash", "efficient", "cudnn", "math", "flex"]}
+        ratio = row["ratios"]
+        mem = "/".join(fmt(r.get(n, {}).get("transient_bytes", None) and
+                           r[n]["transient_bytes"] / 2**20, 0)
+                       if "transient_bytes" in r.get(n, {}) else "–"
+                       for n in ["fsdpa_fused", "fsdpa_unfused", "flash"])
+        err = r.get("fsdpa_fused", {}).get("error")
+        lines.append(
+            f"| B{row['B']} H{row['Hq']}/{row['Hkv']} L{row['Lq']}x{row['Lk']} | "
+            f"{'yes' if row['causal'] else 'no'} | {row['Dqk']}/{row['Dv']} | "
+            f"{fmt(tf['fsdpa_fused'])} | {r.get('fsdpa_fused', {}).get('bucket', '–')} | "
+            + " | ".join(fmt(tf[n]) for n in ["fsdpa_unfused", "flash", "efficient", "cudnn",
+                                               "math", "flex"])
+            + f" | {fmt(ratio.get('flash'), 2)} | {fmt(ratio.get('cudnn'), 2)} | "
+              f"{fmt(ratio.get('flex'), 2)} | {'–' if err is None else f'{err:.1e}'} | {mem} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+    for ax, causal in zip(axes, [False, True]):
+        rows = [r for r in report["rows"] if r["causal"] == causal and r["Lq"] == 4096]
+        labels = [f"{r['Dqk']}/{r['Dv']}" for r in rows]
+        for name in ["fsdpa_fused", "fsdpa_unfused", "flash", "efficient", "cudnn", "math", "flex"]:
+            ys = [r["results"].get(name, {}).get("TFLOPs", float("nan")) for r in rows]
+            ax.plot(range(len(rows)), ys, marker="o", label=name)
+        ax.set_xticks(range(len(rows)), labels, rotation=45)
+        ax.set_title(f"B=4 H=16 L=4096 bf16, {'causal' if causal else 'non-causal'}")
+        ax.set_xlabel("Dqk/Dv")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s")
+    axes[1].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--name", default="h200-prefill")
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="D=64,128,256 only")
+    ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--math-limit", type=float, default=4.5e9,
+                    help="skip math when B*H*Lq*Lk*2 bytes of scores exceed this")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "command": " ".join(["python3"] + sys.argv), "date": time.strftime("%Y-%m-%d"),
+              "ceilings": ceilings(), "rows": []}
+    print(f"ceilings: {report['ceilings']}", flush=True)
+    dims = PREFILL_DIMS if not args.quick else [(64, 64), (128, 128), (256, 256)]
+    # Non-causal first, then the long-context chunks, then causal: a run cut
+    # short by its time limit keeps the rows that matter most.
+    shapes = [((4, 16, 16, 4096, 4096, dqk, dv), False) for dqk, dv in dims]
+    shapes += [((1, 16, 8, 1024, 65536, d, d), False) for d in (128, 256)]
+    shapes += [((1, 16, 8, 1024, 131072, 256, 256), False)]
+    shapes += [((4, 16, 16, 4096, 4096, dqk, dv), True) for dqk, dv in dims]
+    for shape, causal in shapes:
+        t0 = time.time()
+        row = run_row(shape, causal, args, flex_ok=shape[3] == 4096)
+        report["rows"].append(row)
+        r = row["results"]
+        print(f"{shape} causal={causal}: " + ", ".join(
+            f"{n}={v.get('TFLOPs', float('nan')):.0f}" for n, v in r.items()) +
+              f" ({time.time() - t0:.0f}s)", flush=True)
+        with open(os.path.join(args.out, args.name + ".json"), "w") as f:
+            json.dump(report, f, indent=1)
+        with open(os.path.join(args.out, args.name + ".md"), "w") as f:
+            f.write(markdown(report))
+    try:
+        plot(report, os.path.join(args.out, args.name + ".png"))
+    except Exception as e:  # noqa: BLE001
+        print(f"plot failed: {e}")
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

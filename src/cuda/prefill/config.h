@@ -1,0 +1,71 @@
+// Tile shapes of the mma.sync prefill kernel, by head-dim bucket. One row
+// per size class; each row's reason is what the compiler's resource report
+// (ptxas -v) and the H200 showed for it.
+#pragma once
+
+namespace fsdpa::detail::cuda {
+
+struct PrefillTile {
+  int warps;       // each warp owns row_tiles * 16 query rows
+  int row_tiles;   // 16-row mma tiles per warp: >1 reuses each K/V fragment
+  int tile_k;      // keys per pipeline stage
+  int stages;      // cp.async ring depth (K and V of one tile per stage)
+  int min_blocks;  // __launch_bounds__ occupancy hint
+};
+
+constexpr int max_bucket(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  return head_dim_qk_bucket > head_dim_v_bucket ? head_dim_qk_bucket : head_dim_v_bucket;
+}
+
+// Measured on the H200 (bench/prefill_tune.cu, bf16 B=4 H=16 L=4096, TFLOP/s
+// non-causal/causal; 2026-11-29): see bench/NOTES.md "CUDA prefill".
+constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  const int d = max_bucket(head_dim_qk_bucket, head_dim_v_bucket);
+  // <= 64: 225/184, vs 183/166 with one row tile x 3 blocks/SM (244 registers).
+  if (d <= 64) return {4, 2, 64, 3, 2};
+  // <= 128: 250/209, vs 217/193 for 8 warps x 1 row tile x 64 keys and 180/165
+  // for 4 x 1 x 64 at 2 blocks/SM; 64 keys with 2 row tiles spill (ptxas).
+  if (d <= 128) return {4, 2, 32, 3, 1};
+  // <= 256: 236/213, vs 173/167 for 4 warps x 32 keys at 2 blocks/SM; O alone
+  // is 128 registers at Dv=256, so one row tile per warp (243 registers).
+  return {8, 1, 64, 2, 1};
+}
+
+// A tile as one int, for kernel template arguments (nvcc 13's host stubs
+// cannot spell class-type template arguments of __global__ templates).
+constexpr int encode_tile(const PrefillTile& t) {
+  return t.warps | t.row_tiles << 6 | t.tile_k << 10 | t.stages << 20 | t.min_blocks << 26;
+}
+constexpr PrefillTile decode_tile(int code) {
+  return {code & 63, code >> 6 & 15, code >> 10 & 1023, code >> 20 & 63, code >> 26 & 15};
+}
+
+constexpr int prefill_tile_q(const PrefillTile& t) { return t.warps * t.row_tiles * 16; }
+
+// Shared memory of one block: Q tile plus `stages` K and V tiles, each row
+// padded by 16 bytes so ldmatrix's 8 row addresses fall in distinct banks.
+constexpr int prefill_shared_bytes(const PrefillTile& t, int head_dim_qk_bucket,
+                                   int head_dim_v_bucket, int element_bytes) {
+  const int q = prefill_tile_q(t) * (head_dim_qk_bucket + 8);
+  const int kv = t.stages * t.tile_k * (head_dim_qk_bucket + 8 + head_dim_v_bucket + 8);
+  return (q + kv) * element_bytes;
+}
+
+constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket,
+                                   int element_bytes) {
+  return prefill_shared_bytes(prefill_tile(head_dim_qk_bucket, head_dim_v_bucket),
+                              head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
+}
+
+static_assert(decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).tile_k == 128 &&
+                  decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).min_blocks == 3,
+              "tile code round trip");
+static_assert(prefill_shared_bytes(256, 256, 2) <= 227 * 1024, "256 bucket exceeds sm_90 smem");
+static_assert(prefill_shared_bytes(128, 128, 2) <= 227 * 1024, "128 bucket exceeds sm_90 smem");
+static_assert(prefill_tile(64, 64).tile_k % 16 == 0 && prefill_tile(256, 256).tile_k % 16 == 0,
+              "tile_k must be a multiple of the mma k step");
+static_assert(prefill_tile(64, 64).stages >= 2 && prefill_tile(128, 128).stages >= 2 &&
+                  prefill_tile(256, 256).stages >= 2,
+              "the pipeline needs at least 2 stages");
+
+}  // namespace fsdpa::detail::cuda

@@ -1,0 +1,342 @@
+// The mma.sync prefill kernel (sm_80+): FlashAttention-style tiled online
+// softmax. Each block owns tile_q query rows of one (batch, head); the Q tile
+// stays in shared memory, K/V tiles stream through a cp.async ring, S = QK^T
+// and O += PV run on m16n8k16 tensor-core tiles, softmax in the exp2 domain
+// with the scale folded in. Included only by the generated instance files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/copy.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/prefill/config.h"
+#include "cuda/prefill/instances.h"
+#include "cuda/prefill/params.h"
+
+namespace fsdpa::detail::cuda {
+
+namespace prefill_impl {
+
+constexpr float kMinusInf = -__builtin_huge_valf();
+
+// Copies rows [row0, row0 + kRows) x columns [0, kCols) of a row-major
+// global matrix into shared memory (row stride kStride elements), zero-filling
+// rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
+// end cost no padded copy and no out-of-bounds read.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void load_tile(T* shared, const T* global, int64_t row_stride, int row0,
+                                          int num_rows, int num_cols) {
+  constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
+  constexpr int kChunks = kRows * kChunksPerRow;
+  // Not unrolled: unrolled, the per-chunk addresses are hoisted out of the
+  // key loop as 64-bit registers and push S and O into local memory (ptxas).
+#pragma unroll 1
+  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+    const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
+    if (kChunks % kThreads != 0 && chunk >= kChunks) break;
+    const int row = chunk / kChunksPerRow;
+    const int col = (chunk % kChunksPerRow) * 8;
+    const int remaining = num_cols - col;
+    int bytes = remaining >= 8 ? 16 : (remaining > 0 ? remaining * 2 : 0);
+    if (row0 + row >= num_rows) bytes = 0;
+    const T* source =
+        bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
+    cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
+  }
+}
+
+}  // namespace prefill_impl
+
+// kTileCode (encode_tile) defaults to the tuning table's row;
+// bench/prefill_tune.cu times others.
+template <int kDqk, int kDv, typename T, int kTileCode = encode_tile(prefill_tile(kDqk, kDv))>
+__global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
+                                  decode_tile(kTileCode).min_blocks)
+    prefill_kernel(const PrefillParams p) {
+  using namespace prefill_impl;
+  constexpr PrefillTile kTile = decode_tile(kTileCode);
+  constexpr int kThreads = kTile.warps * 32;
+  constexpr int kRowTiles = kTile.row_tiles;
+  constexpr int kTileQ = prefill_tile_q(kTile);
+  constexpr int kTileK = kTile.tile_k;
+  constexpr int kStages = kTile.stages;
+  constexpr int kQStride = kDqk + 8;  // elements; +16 bytes keeps ldmatrix conflict-free
+  constexpr int kKStride = kDqk + 8;
+  constexpr int kVStride = kDv + 8;
+  constexpr int kKeyTiles = kTileK / 8;  // n-tiles of S
+  constexpr int kDvTiles = kDv / 8;      // n-tiles of O
+  static_assert(kDqk % 16 == 0 && kDv % 16 == 0 && kTileK % 16 == 0, "buckets of 16");
+
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  T* shared_q = reinterpret_cast<T*>(shared_raw);
+  T* shared_k = shared_q + kTileQ * kQStride;
+  T* shared_v = shared_k + kStages * kTileK * kKStride;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int group = lane / 4;
+  const int quad = lane % 4;
+
+  // Heavy causal blocks (late query rows) first: better tail balance.
+  const int q_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / p.kv_group_size;
+  const MaskSemantics& sem = p.semantics;
+  const int len_q = static_cast<int>(sem.len_q);
+  const int q0 = q_block * kTileQ;
+
+  const T* q_base = static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
+  const T* k_base = static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
+  const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1];
+
+  // Keys any row of the block sees (begin and end are monotone in the row).
+  const int last_row = min(q0 + kTileQ, len_q) - 1;
+  const DeviceKeyRange first_range = visible_key_range(sem, q0);
+  const DeviceKeyRange last_range = visible_key_range(sem, last_row);
+  const int kv_begin = first_range.begin;
+  const int kv_end = last_range.end;
+  const int tile_begin = kv_begin / kTileK;
+  const int num_tiles = kv_end > kv_begin ? (kv_end + kTileK - 1) / kTileK - tile_begin : 0;
+
+  // Row of this thread's accumulator half r of row tile m.
+  auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };
+
+  // Prologue: Q and the first kStages-1 K/V tiles, one commit group each.
+  load_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides[2], q0, len_q,
+                                              p.head_dim_qk);
+  const int len_k = static_cast<int>(sem.len_k);
+  auto load_kv = [&](int tile, int stage) {
+    const int k0 = (tile_begin + tile) * kTileK;
+    load_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
+                                                p.k_strides[2], k0, len_k, p.head_dim_qk);
+    load_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
+                                               p.v_strides[2], k0, len_k, p.head_dim_v);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_kv(s, s);
+    cp_async_commit();
+  }
+
+  float o[kRowTiles][kDvTiles][4];
+  float row_max[kRowTiles][2];
+  float row_sum[kRowTiles][2];  // per-thread partial; quad-reduced at the end
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m) {
+#pragma unroll
+    for (int n = 0; n < kDvTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][n][e] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_max[m][r] = kMinusInf;
+      row_sum[m][r] = 0.0f;
+    }
+  }
+
+  const uint32_t q_fragment_base =
+      shared_address(shared_q + (warp * kRowTiles * 16 + (lane % 16)) * kQStride + (lane / 16) * 8);
+  const int mask_b = batch, mask_h = head;
+
+  for (int it = 0; it < num_tiles; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    {
+      const int next = it + kStages - 1;
+      if (next < num_tiles) load_kv(next, next % kStages);
+      cp_async_commit();
+    }
+    const int stage = it % kStages;
+    const T* stage_k = shared_k + stage * kTileK * kKStride;
+    const T* stage_v = shared_v + stage * kTileK * kVStride;
+    const int k0 = (tile_begin + it) * kTileK;
+
+    // S = Q K^T over the Dqk bucket.
+    float s[kRowTiles][kKeyTiles][4];
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[m][n][e] = 0.0f;
+    const uint32_t k_fragment_base =
+        shared_address(stage_k + ((lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8);
+#pragma unroll
+    for (int kk = 0; kk < kDqk / 16; ++kk) {
+      uint32_t a[kRowTiles][4];
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m)
+        ldmatrix_x4(a[m], q_fragment_base + (m * 16 * kQStride + kk * 16) * sizeof(T));
+#pragma unroll
+      for (int n2 = 0; n2 < kKeyTiles / 2; ++n2) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_fragment_base + (n2 * 16 * kKStride + kk * 16) * sizeof(T));
+#pragma unroll
+        for (int m = 0; m < kRowTiles; ++m) {
+          mma_16x8x16<T>(s[m][2 * n2], a[m], b[0], b[1]);
+          mma_16x8x16<T>(s[m][2 * n2 + 1], a[m], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scale into the exp2 domain; mask where the tile crosses a row's
+    // visible range, the end of the keys, or an array mask applies.
+    const bool need_mask =
+        sem.mask_kind != 0 || k0 + kTileK > first_range.end || k0 < last_range.begin;
+    if (need_mask) {
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = row_of(m, r);
+          const DeviceKeyRange range = visible_key_range(sem, row);
+          const bool masked_row = sem.mask_kind != 0 && row < len_q;
+          const int64_t mask_row_offset = mask_b * sem.mask_strides[0] +
+                                          mask_h * sem.mask_strides[1] +
+                                          static_cast<int64_t>(row) * sem.mask_strides[2];
+#pragma unroll
+          for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = k0 + n * 8 + 2 * quad + e;
+              float value = kMinusInf;
+              if (key >= range.begin && key < range.end) {
+                value = s[m][n][2 * r + e] * p.scale_log2;
+                if (masked_row)
+                  value += load_mask_value(sem.mask, sem.mask_dtype,
+                                           mask_row_offset + key * sem.mask_strides[3]) *
+                           kLog2e;
+              }
+              s[m][n][2 * r + e] = value;
+            }
+        }
+    } else {
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[m][n][e] *= p.scale_log2;
+    }
+
+    // Online softmax: new row max, rescale the running sum and O, P = 2^(S - max).
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float tile_max = kMinusInf;
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n)
+          tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+        tile_max = quad_max(tile_max);
+        const float new_max = fmaxf(row_max[m][r], tile_max);
+        // A row that has seen no key yet keeps max -inf; subtract 0 instead
+        // so that exp2 gives 0, never NaN.
+        const float base = new_max == kMinusInf ? 0.0f : new_max;
+        const float correction = fast_exp2(row_max[m][r] - base);
+        row_max[m][r] = new_max;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n) {
+          s[m][n][2 * r] = fast_exp2(s[m][n][2 * r] - base);
+          s[m][n][2 * r + 1] = fast_exp2(s[m][n][2 * r + 1] - base);
+          sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
+        }
+        row_sum[m][r] = row_sum[m][r] * correction + sum;
+#pragma unroll
+        for (int n = 0; n < kDvTiles; ++n) {
+          o[m][n][2 * r] *= correction;
+          o[m][n][2 * r + 1] *= correction;
+        }
+      }
+
+    // O += P V: the S accumulators are already in the A-fragment layout.
+    const uint32_t v_fragment_base =
+        shared_address(stage_v + (lane % 16) * kVStride + (lane / 16) * 8);
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      uint32_t a[kRowTiles][4];
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        a[m][0] = pack_pair<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
+        a[m][1] = pack_pair<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
+        a[m][2] = pack_pair<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+        a[m][3] = pack_pair<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int n2 = 0; n2 < kDvTiles / 2; ++n2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_fragment_base + (kk * 16 * kVStride + n2 * 16) * sizeof(T));
+#pragma unroll
+        for (int m = 0; m < kRowTiles; ++m) {
+          mma_16x8x16<T>(o[m][2 * n2], a[m], b[0], b[1]);
+          mma_16x8x16<T>(o[m][2 * n2 + 1], a[m], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: the sink joins the denominator, then normalize and store.
+  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
+  T* out_base = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1];
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float total_max = fmaxf(row_max[m][r], sink);
+      float sum = quad_sum(row_sum[m][r]);
+      float inverse = 0.0f;
+      float lse = kMinusInf;
+      if (total_max != kMinusInf) {
+        const float correction = fast_exp2(row_max[m][r] - total_max);
+        sum = sum * correction + fast_exp2(sink - total_max);
+        inverse = correction / sum;
+        lse = (total_max + log2f(sum)) * kLn2;
+      }
+      const int row = row_of(m, r);
+      if (row >= len_q) continue;
+      T* out_row = out_base + static_cast<int64_t>(row) * p.out_strides[2];
+#pragma unroll
+      for (int n = 0; n < kDvTiles; ++n) {
+        const int col = n * 8 + 2 * quad;
+        const float x0 = o[m][n][2 * r] * inverse;
+        const float x1 = o[m][n][2 * r + 1] * inverse;
+        if (col + 1 < p.head_dim_v) {
+          *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
+        } else if (col < p.head_dim_v) {
+          out_row[col] = from_float<T>(x0);
+        }
+      }
+      if (p.lse != nullptr && quad == 0)
+        p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
+    }
+}
+
+// Checks the compiled limits, then launches one (bucket, dtype, tile) kernel.
+template <int kDqk, int kDv, typename T, int kTileCode>
+void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
+  constexpr PrefillTile kTile = decode_tile(kTileCode);
+  constexpr int kThreads = kTile.warps * 32;
+  constexpr int kSharedBytes = prefill_shared_bytes(kTile, kDqk, kDv, sizeof(T));
+  const void* kernel = reinterpret_cast<const void*>(&prefill_kernel<kDqk, kDv, T, kTileCode>);
+  prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill");
+  const int64_t q_blocks =
+      (params.semantics.len_q + prefill_tile_q(kTile) - 1) / prefill_tile_q(kTile);
+  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
+                  static_cast<unsigned>(params.batch));
+  prefill_kernel<kDqk, kDv, T, kTileCode><<<grid, kThreads, kSharedBytes, stream>>>(params);
+  FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int kDqk, int kDv, typename T>
+void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
+  launch_prefill_tile<kDqk, kDv, T, encode_tile(prefill_tile(kDqk, kDv))>(params, stream);
+}
+
+}  // namespace fsdpa::detail::cuda

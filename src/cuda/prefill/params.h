@@ -1,0 +1,32 @@
+// What one fused prefill launch needs, shared by the host dispatch and the
+// kernels. Plain data: strides in elements, pointers to device memory.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/semantics.cuh"
+
+namespace fsdpa::detail::cuda {
+
+struct PrefillParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // null when not requested
+  // [batch, head, row] strides; the last dimension has stride 1.
+  int64_t q_strides[3] = {};
+  int64_t k_strides[3] = {};
+  int64_t v_strides[3] = {};
+  int64_t out_strides[3] = {};
+  int64_t lse_strides[3] = {};
+  int batch = 0;
+  int heads_q = 0;
+  int kv_group_size = 1;  // heads_q / heads_kv
+  int head_dim_qk = 0;
+  int head_dim_v = 0;
+  float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
+  MaskSemantics semantics;
+};
+
+}  // namespace fsdpa::detail::cuda

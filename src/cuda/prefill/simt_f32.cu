@@ -1,0 +1,197 @@
+// f32 fused prefill on CUDA cores. Block = 32 query rows x 4 lanes per row;
+// K/V tiles of 32 keys in shared memory; each lane owns 8 keys of a score
+// tile and every 4th output column. Exact f32 arithmetic: this is the path
+// the contract asks for when TF32 is not allowed.
+#include <cuda_runtime.h>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/device.h"
+#include "cuda/common/softmax.cuh"
+#include "cuda/prefill/simt_f32.h"
+
+namespace fsdpa::detail::cuda {
+
+namespace {
+
+constexpr int kRows = 32;        // query rows per block
+constexpr int kKeys = 32;        // keys per tile
+constexpr int kLanesPerRow = 4;  // one quad per row: quad shuffles reduce a row
+constexpr int kThreads = kRows * kLanesPerRow;
+constexpr int kMaxHeadDim = 256;
+constexpr int kColumnsPerLane = kMaxHeadDim / kLanesPerRow;
+constexpr int kKeysPerLane = kKeys / kLanesPerRow;
+static_assert(kThreads == 128 && kKeys % kLanesPerRow == 0, "quad layout");
+
+bool has_device_index(int index) { return index >= 0 && index < device_count(); }
+
+size_t shared_bytes(int head_dim_qk, int head_dim_v) {
+  return sizeof(float) *
+         (static_cast<size_t>(kRows) * (head_dim_qk + 1) +
+          static_cast<size_t>(kKeys) * (head_dim_qk + 1) + static_cast<size_t>(kKeys) * head_dim_v +
+          static_cast<size_t>(kRows) * (kKeys + 1));
+}
+
+__global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams p) {
+  constexpr float kMinusInf = -__builtin_huge_valf();
+  extern __shared__ float shared[];
+  const int dqk = p.head_dim_qk, dv = p.head_dim_v;
+  float* shared_q = shared;
+  float* shared_k = shared_q + kRows * (dqk + 1);
+  float* shared_v = shared_k + kKeys * (dqk + 1);
+  float* shared_p = shared_v + kKeys * dv;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int local_row = tid / kLanesPerRow;
+  const int lane_in_row = tid % kLanesPerRow;
+  const int q_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int batch = static_cast<int>(blockIdx.z);
+  const int kv_head = head / p.kv_group_size;
+  const MaskSemantics& sem = p.semantics;
+  const int len_q = static_cast<int>(sem.len_q), len_k = static_cast<int>(sem.len_k);
+  const int q0 = q_block * kRows;
+  const int row = q0 + local_row;
+
+  const float* q_base =
+      static_cast<const float*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
+  const float* k_base =
+      static_cast<const float*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
+  const float* v_base =
+      static_cast<const float*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1];
+
+  for (int i = tid; i < kRows * dqk; i += kThreads) {
+    const int r = i / dqk, d = i % dqk;
+    shared_q[r * (dqk + 1) + d] = q0 + r < len_q ? q_base[(q0 + r) * p.q_strides[2] + d] : 0.0f;
+  }
+
+  const DeviceKeyRange first_range = visible_key_range(sem, q0);
+  const DeviceKeyRange last_range = visible_key_range(sem, min(q0 + kRows, len_q) - 1);
+  const DeviceKeyRange range = visible_key_range(sem, row);
+  const int tile_begin = first_range.begin / kKeys * kKeys;
+  const int kv_end = last_range.end > first_range.begin ? last_range.end : tile_begin;
+  const bool masked_row = sem.mask_kind != 0 && row < len_q;
+  const int64_t mask_row_offset = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
+                                  static_cast<int64_t>(row) * sem.mask_strides[2];
+
+  float o[kColumnsPerLane];
+#pragma unroll
+  for (int w = 0; w < kColumnsPerLane; ++w) o[w] = 0.0f;
+  float row_max = kMinusInf, row_sum = 0.0f;
+
+  for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
+    __syncthreads();  // the previous tile's K, V, P are consumed
+    for (int i = tid; i < kKeys * dqk; i += kThreads) {
+      const int j = i / dqk, d = i % dqk;
+      shared_k[j * (dqk + 1) + d] = k0 + j < len_k ? k_base[(k0 + j) * p.k_strides[2] + d] : 0.0f;
+    }
+    for (int i = tid; i < kKeys * dv; i += kThreads) {
+      const int j = i / dv, d = i % dv;
+      shared_v[j * dv + d] = k0 + j < len_k ? v_base[(k0 + j) * p.v_strides[2] + d] : 0.0f;
+    }
+    __syncthreads();
+
+    float s[kKeysPerLane];
+    float tile_max = kMinusInf;
+#pragma unroll
+    for (int u = 0; u < kKeysPerLane; ++u) {
+      const int j = lane_in_row + kLanesPerRow * u;
+      const int key = k0 + j;
+      float value = kMinusInf;
+      if (key >= range.begin && key < range.end) {
+        float dot = 0.0f;
+        for (int d = 0; d < dqk; ++d)
+          dot = fmaf(shared_q[local_row * (dqk + 1) + d], shared_k[j * (dqk + 1) + d], dot);
+        value = dot * p.scale_log2;
+        if (masked_row)
+          value += load_mask_value(sem.mask, sem.mask_dtype,
+                                   mask_row_offset + key * sem.mask_strides[3]) *
+                   kLog2e;
+      }
+      s[u] = value;
+      tile_max = fmaxf(tile_max, value);
+    }
+    tile_max = quad_max(tile_max);
+    const float new_max = fmaxf(row_max, tile_max);
+    const float base = new_max == kMinusInf ? 0.0f : new_max;
+    const float correction = exp2f(row_max - base);
+    row_max = new_max;
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kKeysPerLane; ++u) {
+      const float pj = exp2f(s[u] - base);
+      sum += pj;
+      shared_p[local_row * (kKeys + 1) + lane_in_row + kLanesPerRow * u] = pj;
+    }
+    row_sum = row_sum * correction + sum;
+    __syncwarp();
+#pragma unroll
+    for (int w = 0; w < kColumnsPerLane; ++w) {
+      const int col = lane_in_row + kLanesPerRow * w;
+      if (col >= dv) break;
+      float acc = o[w] * correction;
+      for (int j = 0; j < kKeys; ++j)
+        acc = fmaf(shared_p[local_row * (kKeys + 1) + j], shared_v[j * dv + col], acc);
+      o[w] = acc;
+    }
+  }
+
+  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
+  const float total_max = fmaxf(row_max, sink);
+  float sum = quad_sum(row_sum);
+  float inverse = 0.0f, lse = kMinusInf;
+  if (total_max != kMinusInf) {
+    const float correction = exp2f(row_max - total_max);
+    sum = sum * correction + exp2f(sink - total_max);
+    inverse = correction / sum;
+    lse = (total_max + log2f(sum)) * kLn2;
+  }
+  if (row >= len_q) return;
+  float* out_row = static_cast<float*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
+                   static_cast<int64_t>(row) * p.out_strides[2];
+#pragma unroll
+  for (int w = 0; w < kColumnsPerLane; ++w) {
+    const int col = lane_in_row + kLanesPerRow * w;
+    if (col >= dv) break;
+    out_row[col] = o[w] * inverse;
+  }
+  if (p.lse != nullptr && lane_in_row == 0)
+    p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
+}
+
+}  // namespace
+
+Verdict simt_f32_supports(const Problem& problem, const Options&) {
+  if (has_device_index(problem.device.index)) {
+    const DeviceInfo& info = device_info(problem.device.index);
+    const size_t needed =
+        shared_bytes(static_cast<int>(problem.head_dim_qk), static_cast<int>(problem.head_dim_v));
+    if (needed > info.shared_memory_per_block_optin)
+      return Verdict::no("f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
+                         ", head_dim_v=" + std::to_string(problem.head_dim_v) + " needs " +
+                         std::to_string(needed) + " bytes of shared memory, device allows " +
+                         std::to_string(info.shared_memory_per_block_optin));
+  }
+  return Verdict::yes();
+}
+
+void simt_f32_configure(const Problem&, Plan& plan) {
+  // Runtime head dims: no compiled bucket, no padding.
+  plan.head_dim_qk_bucket = 0;
+  plan.head_dim_v_bucket = 0;
+  plan.pad_ratio = 1.0;
+  plan.tile_q = kRows;
+  plan.tile_k = kKeys;
+}
+
+void simt_f32_launch(const PrefillParams& params, cudaStream_t stream) {
+  const size_t bytes = shared_bytes(params.head_dim_qk, params.head_dim_v);
+  const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel);
+  prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill (f32 simt)");
+  const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
+                  static_cast<unsigned>(params.batch));
+  simt_f32_kernel<<<grid, kThreads, bytes, stream>>>(params);
+  FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace fsdpa::detail::cuda

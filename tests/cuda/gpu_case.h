@@ -1,0 +1,338 @@
+// One GPU attention case against the float64 CPU reference: random inputs in
+// a chosen layout, poisoned outputs, the error measures of DESIGN.md §5.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "cpu/cpu.h"
+#include "cuda/prefill/prefill.h"
+#include "fsdpa/fsdpa.h"
+
+namespace fsdpa::gpu_test {
+
+enum class Layout {
+  BHSD,        // contiguous [B, H, L, D]
+  BSHD,        // contiguous [B, L, H, D] viewed as [B, H, L, D]
+  PaddedBSHD,  // BSHD with each row padded to a multiple of 8 elements plus 8
+  Interleaved  // k and v in one buffer [B, L, H, Dqk + Dv] (padded), v a view
+};
+
+struct Case {
+  int64_t batch = 1, heads_q = 2, heads_kv = 1, len_q = 37, len_k = 97;
+  int64_t head_dim_qk = 64, head_dim_v = 64;
+  DType dtype = DType::BF16;
+  Layout layout = Layout::PaddedBSHD;
+  bool causal = false;
+  CausalAlign align = CausalAlign::BottomRight;
+  std::optional<int64_t> window;
+  MaskKind mask = MaskKind::None;
+  DType mask_dtype = DType::F32;
+  bool mask_per_head = false;      // else broadcast over heads (stride 0)
+  bool fully_masked_rows = false;  // boolean mask: some rows keep nothing
+  bool sinks = false;
+  bool lse = true;
+  bool allow_tf32 = false;
+  Policy policy = Policy::ForceFused;
+  // Launch the prefill row directly, whatever the table would route to
+  // (the decode row takes few-query shapes first): prefill must be right
+  // for every Lq >= 1.
+  bool direct_prefill = false;
+
+  std::string name() const {
+    std::ostringstream s;
+    s << "B" << batch << "_H" << heads_q << "x" << heads_kv << "_L" << len_q << "x" << len_k << "_D"
+      << head_dim_qk << "x" << head_dim_v << "_" << to_string(dtype) << "_"
+      << (layout == Layout::BHSD         ? "bhsd"
+          : layout == Layout::BSHD       ? "bshd"
+          : layout == Layout::PaddedBSHD ? "padded"
+                                         : "interleaved");
+    if (causal) s << (align == CausalAlign::TopLeft ? "_causalTL" : "_causalBR");
+    if (window) s << "_win" << *window;
+    if (mask == MaskKind::Additive)
+      s << "_add" << to_string(mask_dtype) << (mask_per_head ? "H" : "");
+    if (mask == MaskKind::Boolean) s << "_bool" << (fully_masked_rows ? "Empty" : "");
+    if (sinks) s << "_sinks";
+    if (allow_tf32) s << "_tf32";
+    s << (policy == Policy::Unfused      ? "_unfused"
+          : policy == Policy::ForceFused ? "_fused"
+                                         : "_auto");
+    return s.str();
+  }
+};
+
+struct Outcome {
+  Plan plan;
+  double relative_error = 0;  // ||out - ref|| / ||ref||
+  double max_abs_error = 0;
+  double lse_error = 0;         // max |lse - ref| / (1 + |ref|), -inf must match exactly
+  int64_t unwritten = 0;        // output elements still poisoned (or NaN)
+  int64_t padding_touched = 0;  // padding bytes of out that changed
+};
+
+inline void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// A host buffer mirrored on the device, with a view over each.
+struct Buffer {
+  std::vector<unsigned char> host;
+  void* device = nullptr;
+  Buffer() = default;
+  explicit Buffer(size_t bytes) : host(bytes) {
+    if (bytes) cuda_ok(cudaMalloc(&device, bytes), "cudaMalloc");
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (device) (void)cudaFree(device);
+  }
+  void upload() {
+    if (!host.empty())
+      cuda_ok(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
+  }
+  void download() {
+    if (!host.empty())
+      cuda_ok(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost), "download");
+  }
+};
+
+inline int64_t padded(int64_t d) { return (d + 7) / 8 * 8 + 8; }
+
+// Sizes [B, H, L, D] with the strides of `layout` over a row pitch.
+inline std::array<int64_t, 4> strides_for(Layout layout, int64_t heads, int64_t len,
+                                          int64_t pitch) {
+  if (layout == Layout::BHSD) return {heads * len * pitch, len * pitch, pitch, 1};
+  return {len * heads * pitch, pitch, heads * pitch, 1};
+}
+
+inline TensorView make_view(void* data, DType dtype, std::array<int64_t, 4> sizes,
+                            std::array<int64_t, 4> strides, Device device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.rank = 4;
+  t.sizes = sizes;
+  t.strides = strides;
+  return t;
+}
+
+inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
+  const size_t elt = element_size(c.dtype);
+  const int64_t qk_pitch =
+      c.layout == Layout::BHSD || c.layout == Layout::BSHD ? c.head_dim_qk : padded(c.head_dim_qk);
+  const int64_t v_pitch =
+      c.layout == Layout::BHSD || c.layout == Layout::BSHD ? c.head_dim_v : padded(c.head_dim_v);
+  const Layout base_layout = c.layout == Layout::BHSD ? Layout::BHSD : Layout::BSHD;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto fill = [&](Buffer& b, DType dtype) {
+    const size_t n = b.host.size() / element_size(dtype);
+    for (size_t i = 0; i < n; ++i)
+      detail::store_from_float(b.host.data(), dtype, static_cast<int64_t>(i), normal(rng));
+  };
+
+  Buffer q(static_cast<size_t>(c.batch * c.heads_q * c.len_q * qk_pitch) * elt);
+  fill(q, c.dtype);
+  TensorView qh = make_view(q.host.data(), c.dtype, {c.batch, c.heads_q, c.len_q, c.head_dim_qk},
+                            strides_for(base_layout, c.heads_q, c.len_q, qk_pitch), {});
+  std::unique_ptr<Buffer> k_buffer, v_buffer;
+  TensorView kh, vh;
+  if (c.layout == Layout::Interleaved) {
+    const int64_t pitch = qk_pitch + v_pitch;
+    k_buffer =
+        std::make_unique<Buffer>(static_cast<size_t>(c.batch * c.heads_kv * c.len_k * pitch) * elt);
+    fill(*k_buffer, c.dtype);
+    kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
+                   strides_for(Layout::BSHD, c.heads_kv, c.len_k, pitch), {});
+    vh = kh;
+    vh.data = k_buffer->host.data() + qk_pitch * elt;
+    vh.sizes[3] = c.head_dim_v;
+  } else {
+    k_buffer = std::make_unique<Buffer>(
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt);
+    v_buffer = std::make_unique<Buffer>(
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * v_pitch) * elt);
+    fill(*k_buffer, c.dtype);
+    fill(*v_buffer, c.dtype);
+    kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
+                   strides_for(base_layout, c.heads_kv, c.len_k, qk_pitch), {});
+    vh = make_view(v_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_v},
+                   strides_for(base_layout, c.heads_kv, c.len_k, v_pitch), {});
+  }
+  Buffer out(static_cast<size_t>(c.batch * c.heads_q * c.len_q * v_pitch) * elt);
+  TensorView outh = make_view(out.host.data(), c.dtype, {c.batch, c.heads_q, c.len_q, c.head_dim_v},
+                              strides_for(base_layout, c.heads_q, c.len_q, v_pitch), {});
+  std::memset(out.host.data(), 0xFF, out.host.size());  // NaN in every dtype
+
+  Tensors host{qh, kh, vh, outh, std::nullopt, std::nullopt, std::nullopt};
+  std::unique_ptr<Buffer> mask, sinks, lse;
+  if (c.mask != MaskKind::None) {
+    const DType mdt = c.mask == MaskKind::Boolean ? DType::Bool : c.mask_dtype;
+    const int64_t mh = c.mask_per_head ? c.heads_q : 1;
+    const int64_t n = c.batch * mh * c.len_q * c.len_k;
+    mask = std::make_unique<Buffer>(static_cast<size_t>(n) * element_size(mdt));
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = (i / c.len_k) % c.len_q;
+      if (mdt == DType::Bool) {
+        const bool keep = !(c.fully_masked_rows && row % 5 == 3) && uniform(rng) < 0.7f;
+        mask->host[static_cast<size_t>(i)] = keep ? 1 : 0;
+      } else {
+        const float u = uniform(rng);
+        const float value = u < 0.05f ? -std::numeric_limits<float>::infinity() : -4.0f * u;
+        detail::store_from_float(mask->host.data(), mdt, i, value);
+      }
+    }
+    host.mask =
+        make_view(mask->host.data(), mdt, {c.batch, mh, c.len_q, c.len_k},
+                  {mh * c.len_q * c.len_k, mh == 1 ? 0 : c.len_q * c.len_k, c.len_k, 1}, {});
+  }
+  if (c.sinks) {
+    sinks = std::make_unique<Buffer>(static_cast<size_t>(c.heads_q) * sizeof(float));
+    std::uniform_real_distribution<float> uniform(-1.0f, 2.0f);
+    for (int64_t h = 0; h < c.heads_q; ++h)
+      reinterpret_cast<float*>(sinks->host.data())[h] = uniform(rng);
+    TensorView s;
+    s.data = sinks->host.data();
+    s.dtype = DType::F32;
+    s.rank = 1;
+    s.sizes[0] = c.heads_q;
+    s.strides[0] = 1;
+    host.sinks = s;
+  }
+  if (c.lse) {
+    lse = std::make_unique<Buffer>(static_cast<size_t>(c.batch * c.heads_q * c.len_q) *
+                                   sizeof(float));
+    std::memset(lse->host.data(), 0xFF, lse->host.size());
+    TensorView l;
+    l.data = lse->host.data();
+    l.dtype = DType::F32;
+    l.rank = 3;
+    l.sizes = {c.batch, c.heads_q, c.len_q, 0};
+    l.strides = {c.heads_q * c.len_q, c.len_q, 1, 0};
+    host.lse = l;
+  }
+
+  Options options;
+  options.causal = c.causal;
+  options.causal_align = c.align;
+  options.window_left = c.window;
+  options.policy = c.policy;
+  options.allow_tf32 = c.allow_tf32;
+
+  // Device copies with the same strides.
+  const std::vector<unsigned char> out_poison = out.host;
+  Buffer* buffers[] = {&q,         k_buffer.get(), v_buffer.get(), &out,
+                       mask.get(), sinks.get(),    lse.get()};
+  for (Buffer* b : buffers)
+    if (b) b->upload();
+  auto on_device = [](TensorView t, const Buffer& b) {
+    t.data = static_cast<unsigned char*>(b.device) +
+             (static_cast<unsigned char*>(t.data) - b.host.data());
+    t.device = {DeviceType::CUDA, 0};
+    return t;
+  };
+  Tensors device{on_device(qh, q),
+                 on_device(kh, *k_buffer),
+                 on_device(vh, c.layout == Layout::Interleaved ? *k_buffer : *v_buffer),
+                 on_device(outh, out),
+                 std::nullopt,
+                 std::nullopt,
+                 std::nullopt};
+  if (host.mask) device.mask = on_device(*host.mask, *mask);
+  if (host.sinks) device.sinks = on_device(*host.sinks, *sinks);
+  if (host.lse) device.lse = on_device(*host.lse, *lse);
+
+  Outcome outcome;
+  const Problem problem = describe(device, options);
+  if (c.direct_prefill) {
+    const detail::Verdict verdict = detail::cuda::prefill_supports(problem, options);
+    if (!verdict.ok) throw Unsupported("fsdpa: prefill declined: " + verdict.reason);
+    Plan p = plan(problem, options);  // resolves scale and policy
+    p.path = Path::FusedPrefill;
+    p.kernel = "cuda_fused_prefill";
+    p.head_dim_qk_bucket = p.head_dim_v_bucket = 0;
+    p.tile_q = p.tile_k = 0;
+    detail::cuda::prefill_configure(problem, p);
+    outcome.plan = p;
+    detail::cuda::prefill_launch(p, device, nullptr, nullptr);
+  } else {
+    outcome.plan = plan(problem, options);
+    attention(device, options, nullptr);
+  }
+  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize after attention");
+  out.download();
+  if (lse) lse->download();
+
+  const detail::cpu::ReferenceResult ref = detail::cpu::reference_attention(host, options);
+  double diff2 = 0, ref2 = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads_q; ++h)
+      for (int64_t i = 0; i < c.len_q; ++i) {
+        for (int64_t d = 0; d < v_pitch; ++d) {
+          const int64_t offset = detail::offset_of(outh, b, h, i, d);
+          if (d >= c.head_dim_v) {
+            if (std::memcmp(out.host.data() + offset * elt, out_poison.data() + offset * elt,
+                            elt) != 0)
+              ++outcome.padding_touched;
+            continue;
+          }
+          const double got = detail::load_as_float(out.host.data(), c.dtype, offset);
+          const double want =
+              ref.out[static_cast<size_t>(((b * c.heads_q + h) * c.len_q + i) * c.head_dim_v + d)];
+          if (!std::isfinite(got)) {
+            ++outcome.unwritten;
+            continue;
+          }
+          diff2 += (got - want) * (got - want);
+          ref2 += want * want;
+          outcome.max_abs_error = std::max(outcome.max_abs_error, std::abs(got - want));
+        }
+        if (lse) {
+          const double got =
+              reinterpret_cast<const float*>(lse->host.data())[(b * c.heads_q + h) * c.len_q + i];
+          const double want = ref.lse[static_cast<size_t>((b * c.heads_q + h) * c.len_q + i)];
+          double e;
+          if (std::isinf(want) || std::isinf(got))
+            e = (std::isinf(want) && std::isinf(got) && (want < 0) == (got < 0)) ? 0.0 : 1e30;
+          else if (std::isnan(got))
+            e = 1e30;
+          else
+            e = std::abs(got - want) / (1.0 + std::abs(want));
+          outcome.lse_error = std::max(outcome.lse_error, e);
+        }
+      }
+  outcome.relative_error = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+  return outcome;
+}
+
+inline double tolerance(DType dtype, bool tf32) {
+  switch (dtype) {
+    case DType::BF16:
+      return 1e-2;
+    case DType::F16:
+      return 2e-3;
+    default:
+      return tf32 ? 1e-3 : 1e-5;
+  }
+}
+
+inline std::mt19937_64& test_rng() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return rng;
+}
+
+}  // namespace fsdpa::gpu_test

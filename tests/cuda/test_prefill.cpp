@@ -1,0 +1,296 @@
+// The fused prefill family on the GPU against the float64 CPU reference:
+// every compiled bucket and head dims between buckets, every semantic,
+// poisoned outputs, LSE, and the messages of the constraints it declines.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "cuda/prefill/prefill.h"
+#include "gpu_case.h"
+
+namespace fsdpa::gpu_test {
+namespace {
+
+bool compiled_bucket(int64_t qk_bucket, int64_t dv_bucket) {
+  for (const auto& pair : detail::cuda::prefill_bucket_pairs())
+    if (pair.compiled && pair.head_dim_qk_bucket >= qk_bucket &&
+        pair.head_dim_v_bucket >= dv_bucket)
+      return true;
+  return false;
+}
+
+bool compiled_exactly(int64_t qk_bucket, int64_t dv_bucket) {
+  for (const auto& pair : detail::cuda::prefill_bucket_pairs())
+    if (pair.compiled && pair.head_dim_qk_bucket == qk_bucket &&
+        pair.head_dim_v_bucket == dv_bucket)
+      return true;
+  return false;
+}
+
+int64_t bucket(int64_t d) { return std::max<int64_t>(16, (d + 15) / 16 * 16); }
+
+void expect_case(const Case& c) {
+  if (c.dtype != DType::F32 && !compiled_bucket(bucket(c.head_dim_qk), bucket(c.head_dim_v)))
+    GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
+  std::mt19937_64& rng = test_rng();
+  Case fused_case = c;
+  fused_case.direct_prefill = true;
+  const Outcome fused = run_case(fused_case, rng);
+  SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
+  EXPECT_EQ(fused.plan.path, Path::FusedPrefill);
+  EXPECT_EQ(fused.unwritten, 0);
+  EXPECT_EQ(fused.padding_touched, 0);
+  const double tol = tolerance(c.dtype, c.allow_tf32);
+  EXPECT_LE(fused.relative_error, tol);
+  EXPECT_LE(fused.lse_error, c.dtype == DType::F32 ? 1e-5 : 1e-3);
+  // No more than 2x the error of the unfused path at the same precision.
+  Case unfused_case = c;
+  unfused_case.policy = Policy::Unfused;
+  unfused_case.direct_prefill = false;
+  const Outcome unfused = run_case(unfused_case, rng);
+  EXPECT_EQ(unfused.unwritten, 0);
+  EXPECT_LE(unfused.relative_error, tol);
+  EXPECT_LE(fused.relative_error, std::max(2.0 * unfused.relative_error, tol / 4));
+}
+
+// --------------------------------------------------------------- buckets
+
+std::vector<Case> bucket_cases() {
+  std::vector<Case> cases;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const auto& pair : detail::cuda::prefill_bucket_pairs()) {
+    for (int64_t delta : {0, 5}) {
+      Case c;
+      c.head_dim_qk = std::max<int64_t>(1, pair.head_dim_qk_bucket - delta);
+      c.head_dim_v = std::max<int64_t>(1, pair.head_dim_v_bucket - delta);
+      if (!seen.insert({c.head_dim_qk, c.head_dim_v}).second) continue;
+      c.dtype = delta == 0 ? DType::BF16 : DType::F16;
+      c.len_q = 97;
+      c.len_k = 131;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+class PrefillBuckets : public ::testing::TestWithParam<Case> {};
+TEST_P(PrefillBuckets, MatchesReference) { expect_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Grid, PrefillBuckets, ::testing::ValuesIn(bucket_cases()),
+                         [](const auto& test_info) { return test_info.param.name(); });
+
+// --------------------------------------------------------------- awkward sizes
+
+std::vector<Case> awkward_cases() {
+  std::vector<Case> cases;
+  for (int64_t d : {1, 8, 59, 72, 90, 111, 200, 256})
+    for (DType dtype : {DType::BF16, DType::F16}) {
+      Case c;
+      c.head_dim_qk = c.head_dim_v = d;
+      c.dtype = dtype;
+      c.len_q = 17;
+      c.len_k = 577;
+      cases.push_back(c);
+    }
+  // Lengths: 1, odd, Lq > Lk, one tile, many tiles.
+  for (auto [lq, lk] :
+       {std::pair<int64_t, int64_t>{1, 1}, {1, 577}, {37, 1}, {577, 97}, {4099, 17}, {129, 4099}})
+    for (bool causal : {false, true}) {
+      Case c;
+      c.len_q = lq;
+      c.len_k = lk;
+      c.causal = causal;
+      c.head_dim_qk = c.head_dim_v = 128;
+      cases.push_back(c);
+    }
+  // Asymmetric pairs and a pair with no compiled bucket of its own.
+  for (auto [qk, dv] : {std::pair<int64_t, int64_t>{96, 64}, {192, 128}, {72, 40}, {40, 200}}) {
+    Case c;
+    c.head_dim_qk = qk;
+    c.head_dim_v = dv;
+    cases.push_back(c);
+  }
+  // Layouts: contiguous BHSD/BSHD where aligned, K/V interleaved in one buffer.
+  for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::Interleaved}) {
+    Case c;
+    c.layout = layout;
+    c.head_dim_qk = c.head_dim_v = 64;
+    c.batch = 2;
+    cases.push_back(c);
+  }
+  // f32: the exact SIMT path.
+  for (int64_t d : {1, 64, 72, 256}) {
+    Case c;
+    c.dtype = DType::F32;
+    c.head_dim_qk = c.head_dim_v = d;
+    c.causal = d == 72;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class PrefillAwkward : public ::testing::TestWithParam<Case> {};
+TEST_P(PrefillAwkward, MatchesReference) { expect_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Grid, PrefillAwkward, ::testing::ValuesIn(awkward_cases()),
+                         [](const auto& test_info) { return test_info.param.name(); });
+
+// --------------------------------------------------------------- semantics
+
+std::vector<Case> semantic_cases() {
+  std::vector<Case> cases;
+  for (int64_t d : {64, 128, 256}) {
+    Case base;
+    base.head_dim_qk = base.head_dim_v = d;
+    base.len_q = 131;
+    base.len_k = 211;
+    for (CausalAlign align : {CausalAlign::BottomRight, CausalAlign::TopLeft}) {
+      Case c = base;
+      c.causal = true;
+      c.align = align;
+      cases.push_back(c);
+      c.len_q = 211;  // Lq > Lk: bottom-right leaves the first rows empty
+      c.len_k = 97;
+      cases.push_back(c);
+    }
+    {
+      Case c = base;
+      c.window = 40;
+      cases.push_back(c);
+      c.causal = true;
+      cases.push_back(c);
+      c.window = 0;
+      cases.push_back(c);
+    }
+    for (DType mdt : {DType::F32, DType::BF16, DType::F16}) {
+      Case c = base;
+      c.mask = MaskKind::Additive;
+      c.mask_dtype = mdt;
+      c.mask_per_head = mdt == DType::F32;
+      cases.push_back(c);
+    }
+    {
+      Case c = base;
+      c.mask = MaskKind::Boolean;
+      c.fully_masked_rows = true;
+      cases.push_back(c);
+      c.causal = true;
+      c.sinks = true;
+      cases.push_back(c);
+    }
+    {
+      Case c = base;
+      c.sinks = true;
+      cases.push_back(c);
+    }
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {7, 1}}) {
+      Case c = base;
+      c.heads_q = hq;
+      c.heads_kv = hkv;
+      c.batch = 2;
+      c.len_q = 65;
+      c.causal = hq == 7;
+      cases.push_back(c);
+    }
+  }
+  {
+    Case c;  // no keys at all: out 0, lse -inf
+    c.len_k = 0;
+    cases.push_back(c);
+    c.sinks = true;  // ... or lse = sink
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class PrefillSemantics : public ::testing::TestWithParam<Case> {};
+TEST_P(PrefillSemantics, MatchesReference) { expect_case(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Grid, PrefillSemantics, ::testing::ValuesIn(semantic_cases()),
+                         [](const auto& test_info) { return test_info.param.name(); });
+
+// --------------------------------------------------------------- selection
+
+Problem problem_of(int64_t dqk, int64_t dv, bool aligned = true) {
+  Problem p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 8;
+  p.len_q = p.len_k = 4096;
+  p.head_dim_qk = dqk;
+  p.head_dim_v = dv;
+  p.dtype = DType::BF16;
+  p.device = {DeviceType::CUDA, 0};
+  p.rows_contiguous_aligned = aligned;
+  return p;
+}
+
+Options forced() {
+  Options o;
+  o.policy = Policy::ForceFused;
+  return o;
+}
+
+TEST(PrefillSelection, HeadDimAboveLargestBucketNamesTheLimit) {
+  try {
+    (void)plan(problem_of(288, 288), forced());
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim_qk=288 exceeds the largest prefill bucket 256"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)plan(problem_of(128, 320), forced());
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim_v=320 exceeds the largest prefill bucket 256"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PrefillSelection, UnalignedRowsNameTheConstraint) {
+  try {
+    (void)plan(problem_of(64, 64, false), forced());
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("rows must have stride 1 and 16-byte alignment"),
+              std::string::npos)
+        << e.what();
+  }
+  Options automatic;
+  automatic.policy = Policy::Auto;
+  const Plan p = plan(problem_of(64, 64, false), automatic);
+  EXPECT_EQ(p.path, Path::Unfused);
+  EXPECT_NE(p.fallback_reason.find("rows must have stride 1 and 16-byte alignment"),
+            std::string::npos);
+}
+
+TEST(PrefillSelection, BucketsAndPadRatio) {
+  if (!compiled_exactly(80, 80)) GTEST_SKIP() << "80 bucket not compiled";
+  const Plan p = plan(problem_of(72, 72), forced());
+  EXPECT_EQ(p.path, Path::FusedPrefill);
+  EXPECT_EQ(p.head_dim_qk_bucket, 80);
+  EXPECT_EQ(p.head_dim_v_bucket, 80);
+  EXPECT_NEAR(p.pad_ratio, 160.0 / 144.0, 1e-12);
+  EXPECT_EQ(p.workspace_bytes, 0u);
+}
+
+TEST(PrefillSelection, UncompiledBucketSaysSo) {
+  bool all = true;
+  for (const auto& pair : detail::cuda::prefill_bucket_pairs()) all = all && pair.compiled;
+  if (all) GTEST_SKIP() << "every bucket is compiled (FSDPA_HEAD_DIMS=all)";
+  // Find a symmetric bucket that nothing compiled covers, if any.
+  for (int64_t d = 256; d >= 16; d -= 16) {
+    if (compiled_bucket(d, d)) continue;
+    try {
+      (void)plan(problem_of(d, d), forced());
+      FAIL() << "expected Unsupported for " << d;
+    } catch (const Unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("not compiled into this build"), std::string::npos)
+          << e.what();
+    }
+    return;
+  }
+}
+
+}  // namespace
+}  // namespace fsdpa::gpu_test
