@@ -1,14 +1,277 @@
-// PLACEHOLDER (being written): the CUDA decode family.
+// The CUDA decode family's selection-table entry points: which problems it
+// serves (and why not), the plan's kernel facts (bucket, tiles, splits,
+// workspace), and the launch. The compiled buckets come from the generated
+// decode_buckets.h: the one list that supports() and the dispatch read.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "core/semantics.h"
+#include "core/tensor.h"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device.h"
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_buckets.h"
+#include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_instances.h"
+#include "cuda/decode/decode_launch.h"
 
 namespace fsdpa::detail::cuda {
 
-Verdict decode_supports(const Problem&, const Options&) {
-  return Verdict::no("the decode kernels are not written yet");
+namespace {
+
+// Without a device (plan() on a machine with no GPU, the support matrix) the
+// split count is planned for an H100/H200-sized GPU.
+constexpr int kAssumedMultiprocessors = 132;
+constexpr int kAssumedBlocksPerSm = 2;
+
+const DecodeBucket* find_bucket(int64_t head_dim_qk, int64_t head_dim_v) {
+  for (const DecodeBucket& bucket : kDecodeBuckets)
+    if (bucket.compiled && bucket.head_dim_qk >= head_dim_qk && bucket.head_dim_v >= head_dim_v)
+      return &bucket;
+  return nullptr;
 }
-void decode_configure(const Problem&, Plan&) {}
-void decode_launch(const Plan&, const Tensors&, void*, void*) {
-  throw Unsupported("fsdpa: the decode kernels are not written yet");
+
+std::string compiled_bucket_list() {
+  std::string list;
+  for (const DecodeBucket& bucket : kDecodeBuckets)
+    if (bucket.compiled)
+      list += (list.empty() ? "" : ", ") + std::to_string(bucket.head_dim_qk) + "/" +
+              std::to_string(bucket.head_dim_v);
+  return list.empty() ? "none" : list;
+}
+
+int elem_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+// Keys [begin, end) that any query row can see (the hull of visible_keys).
+std::pair<int64_t, int64_t> key_hull(const Problem& p, const Options& options) {
+  int64_t begin = p.len_k, end = 0;
+  for (int64_t i = 0; i < p.len_q; ++i) {
+    const KeyRange range = visible_keys(options, p.len_q, p.len_k, i);
+    if (range.begin >= range.end) continue;
+    begin = std::min(begin, range.begin);
+    end = std::max(end, range.end);
+  }
+  return end > begin ? std::pair{begin, end} : std::pair<int64_t, int64_t>{0, 0};
+}
+
+template <typename T, size_t I>
+DecodeBucketFns fns_if_compiled() {
+  if constexpr (kDecodeBuckets[I].compiled)
+    return decode_bucket_fns<T, kDecodeBuckets[I].head_dim_qk, kDecodeBuckets[I].head_dim_v>();
+  else
+    return {};
+}
+
+template <typename T>
+DecodeBucketFns bucket_fns_for(int64_t head_dim_qk, int64_t head_dim_v) {
+  DecodeBucketFns fns{};
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    ((kDecodeBuckets[I].head_dim_qk == head_dim_qk && kDecodeBuckets[I].head_dim_v == head_dim_v
+          ? void(fns = fns_if_compiled<T, I>())
+          : void()),
+     ...);
+  }
+  (std::make_index_sequence<std::size(kDecodeBuckets)>{});
+  return fns;
+}
+
+DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v) {
+  DecodeBucketFns fns{};
+  switch (dtype) {
+    case DType::BF16:
+      fns = bucket_fns_for<__nv_bfloat16>(head_dim_qk, head_dim_v);
+      break;
+    case DType::F16:
+      fns = bucket_fns_for<__half>(head_dim_qk, head_dim_v);
+      break;
+    case DType::F32:
+      fns = bucket_fns_for<float>(head_dim_qk, head_dim_v);
+      break;
+    case DType::Bool:
+      break;
+  }
+  if (fns.launch == nullptr)
+    throw Unsupported(std::string("fsdpa: no compiled decode kernel for dtype ") +
+                      to_string(dtype) + " and bucket " + std::to_string(head_dim_qk) + "/" +
+                      std::to_string(head_dim_v) + " (compiled: " + compiled_bucket_list() + ")");
+  return fns;
+}
+
+// FSDPA_DECODE_SPLITS=N forces N key splits (1..kDecodeMaxSplits), for tests
+// of the single-pass and the combine paths on any shape; unset = automatic.
+int forced_splits() {
+  const char* env = std::getenv("FSDPA_DECODE_SPLITS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  if (*end != '\0' || value < 1 || value > kDecodeMaxSplits)
+    throw InvalidArgument("fsdpa: FSDPA_DECODE_SPLITS: expected an integer in [1, " +
+                          std::to_string(kDecodeMaxSplits) + "], got '" + env + "'");
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+bool decode_bucket_compiled(int64_t head_dim_qk, int64_t head_dim_v) {
+  return find_bucket(head_dim_qk, head_dim_v) != nullptr;
+}
+
+Verdict decode_supports(const Problem& p, const Options&) {
+  if (p.len_q > kDecodeMaxLenQ)
+    return Verdict::no("len_q=" + std::to_string(p.len_q) + " exceeds the decode limit " +
+                       std::to_string(kDecodeMaxLenQ) + " (prefill family)");
+  if (p.head_dim_qk > kDecodeMaxHeadDimQk)
+    return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
+                       " exceeds the largest fused size " + std::to_string(kDecodeMaxHeadDimQk));
+  if (p.head_dim_v > kDecodeMaxHeadDimV)
+    return Verdict::no("head_dim_v=" + std::to_string(p.head_dim_v) +
+                       " exceeds the largest fused size " + std::to_string(kDecodeMaxHeadDimV));
+  if (p.head_dim_qk < 1 || p.head_dim_v < 1)
+    return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) + ", head_dim_v=" +
+                       std::to_string(p.head_dim_v) + ": the decode kernels need head dims >= 1");
+  if (p.dtype != DType::F16 && p.dtype != DType::BF16 && p.dtype != DType::F32)
+    return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
+                       " is not one of f16, bf16, f32");
+  if (!p.rows_contiguous_aligned)
+    return Verdict::no("rows must have stride 1 and 16-byte alignment (q, k, v, out)");
+  if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
+    return Verdict::no("len_k=" + std::to_string(p.len_k) +
+                       ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +
+                       " exceed the decode limit " + std::to_string(INT_MAX) + " (32-bit indices)");
+  if (find_bucket(p.head_dim_qk, p.head_dim_v) == nullptr)
+    return Verdict::no(
+        "no compiled decode bucket covers head_dim_qk=" + std::to_string(p.head_dim_qk) +
+        ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
+        "; see FSDPA_HEAD_DIMS)");
+  return Verdict::yes();
+}
+
+void decode_configure(const Problem& p, Plan& plan) {
+  const DecodeBucket& bucket = *find_bucket(p.head_dim_qk, p.head_dim_v);
+  const DecodeTileConfig tile =
+      decode_tile_config(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
+  plan.head_dim_qk_bucket = bucket.head_dim_qk;
+  plan.head_dim_v_bucket = bucket.head_dim_v;
+  plan.pad_ratio =
+      double(bucket.head_dim_qk + bucket.head_dim_v) / double(p.head_dim_qk + p.head_dim_v);
+  plan.tile_q = tile.rows;
+  plan.tile_k = int64_t(tile.keys_per_warp) * tile.warps;
+
+  const int64_t rows_total = p.batch * p.heads_q * p.len_q;
+  const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
+  const int64_t row_chunks = (kv_group_size * p.len_q + tile.rows - 1) / tile.rows;
+  const auto [key_begin, key_end] = key_hull(p, plan.options);
+  const int64_t hull = key_end - key_begin;
+
+  int splits = forced_splits();
+  if (splits == 0) {
+    int multiprocessors = kAssumedMultiprocessors, blocks_per_sm = kAssumedBlocksPerSm;
+    if (p.device.index < device_count()) {
+      multiprocessors = device_info(p.device.index).multiprocessors;
+      int current = 0;
+      FSDPA_CUDA_CHECK(cudaGetDevice(&current));
+      if (current == p.device.index)
+        blocks_per_sm = std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
+                                        .blocks_per_sm(p.v_aliases_k));
+    }
+    // One full wave: every block of the grid resident at once.
+    const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
+    const int64_t wave = int64_t(multiprocessors) * blocks_per_sm;
+    int64_t want = std::max<int64_t>(1, wave / base_blocks);
+    want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
+    want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);
+    // Even splits, none empty.
+    const int64_t keys_per_split = (hull + want - 1) / std::max<int64_t>(want, 1);
+    splits = keys_per_split > 0 ? int((hull + keys_per_split - 1) / keys_per_split) : 1;
+  }
+  plan.num_kv_splits = splits;
+  plan.workspace_bytes =
+      splits > 1 ? size_t(rows_total) * size_t(splits) * size_t(p.head_dim_v + 2) * sizeof(float)
+                 : 0;
+}
+
+void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+  const Problem& p = plan.problem;
+  const int64_t rows_total = p.batch * p.heads_q * p.len_q;
+  if (rows_total == 0 || p.head_dim_v == 0) return;
+  const DecodeBucketFns fns = bucket_fns(p.dtype, plan.head_dim_qk_bucket, plan.head_dim_v_bucket);
+  const DecodeTileConfig tile = decode_tile_config(
+      elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
+
+  auto strides = [](const TensorView& view) {
+    return Strides4{view.strides[0], view.strides[1], view.strides[2],
+                    view.rank > 3 ? view.strides[3] : 0};
+  };
+  DecodeParams d;
+  d.q = t.q.data;
+  d.k = t.k.data;
+  d.v = t.v.data;
+  d.out = t.out.data;
+  d.q_strides = strides(t.q);
+  d.k_strides = strides(t.k);
+  d.v_strides = strides(t.v);
+  d.out_strides = strides(t.out);
+  if (t.lse) {
+    d.lse = static_cast<float*>(t.lse->data);
+    d.lse_strides = Strides4{t.lse->strides[0], t.lse->strides[1], t.lse->strides[2], 0};
+  }
+  if (t.mask) {
+    const TensorView mask = broadcast_strides(*t.mask);
+    d.mask = mask.data;
+    d.mask_strides = strides(mask);
+    switch (mask.dtype) {
+      case DType::F32:
+        d.mask_kind = DecodeMask::AddF32;
+        break;
+      case DType::F16:
+        d.mask_kind = DecodeMask::AddF16;
+        break;
+      case DType::BF16:
+        d.mask_kind = DecodeMask::AddBF16;
+        break;
+      case DType::Bool:
+        d.mask_kind = DecodeMask::Bool;
+        break;
+    }
+  }
+  if (t.sinks) {
+    d.sinks = static_cast<const float*>(t.sinks->data);
+    d.sinks_stride = t.sinks->strides[0];
+  }
+  d.batch = int(p.batch);
+  d.heads_q = int(p.heads_q);
+  d.heads_kv = int(p.heads_kv);
+  d.len_q = int(p.len_q);
+  d.len_k = int(p.len_k);
+  d.head_dim_qk = int(p.head_dim_qk);
+  d.head_dim_v = int(p.head_dim_v);
+  d.kv_group_size = int(p.heads_q / p.heads_kv);
+  d.rows_per_kv_head = d.kv_group_size * d.len_q;
+  d.row_chunks = (d.rows_per_kv_head + tile.rows - 1) / tile.rows;
+  d.scale_log2 = float(plan.scale * 1.4426950408889634);
+  d.causal = plan.options.causal ? 1 : 0;
+  d.has_window = plan.options.window_left ? 1 : 0;
+  d.window_left = plan.options.window_left.value_or(0);
+  d.causal_offset =
+      plan.options.causal_align == CausalAlign::BottomRight ? int(p.len_k - p.len_q) : 0;
+  d.v_aliases_k = p.v_aliases_k ? 1 : 0;
+  const auto [key_begin, key_end] = key_hull(p, plan.options);
+  d.key_begin = int(key_begin);
+  d.key_end = int(key_end);
+  d.num_splits = int(plan.num_kv_splits);
+  d.keys_per_split = int((key_end - key_begin + d.num_splits - 1) / d.num_splits);
+  d.dv_ws = d.head_dim_v;
+  if (d.num_splits > 1) {
+    d.partial_out = static_cast<float*>(workspace);
+    d.partial_max_sum = d.partial_out + rows_total * d.num_splits * d.head_dim_v;
+  }
+  fns.launch(d, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -9,4 +9,8 @@ Verdict decode_supports(const Problem& problem, const Options& options);
 void decode_configure(const Problem& problem, Plan& plan);
 void decode_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
+// Whether a compiled bucket covers (head_dim_qk, head_dim_v): FSDPA_HEAD_DIMS
+// may leave buckets out; tests skip what is not built.
+bool decode_bucket_compiled(int64_t head_dim_qk, int64_t head_dim_v);
+
 }  // namespace fsdpa::detail::cuda

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Decode benchmark: fsdpa's fused decode against torch SDPA (flash, cudnn,
+math) on the very same tensors, bf16, one query token.
+
+Reports per row: time (median of CUDA-event timings after warm-up, input
+sets rotated when K/V would fit in L2), unique K/V bytes read per second, the
+fraction of the device-copy ceiling measured in the same run, workspace
+bytes, and the error against a float64 reference.
+
+  python3 bench/decode_bench.py --lib build/libfsdpa.so --out results.json
+"""
+import argparse
+import ctypes
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+# ------------------------------------------------------------ the C ABI (include/fsdpa/c_api.h)
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
+                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
+                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+
+
+class Tensors(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("out", Tensor),
+                ("mask", ctypes.POINTER(Tensor)), ("sinks", ctypes.POINTER(Tensor)),
+                ("lse", ctypes.POINTER(Tensor))]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [("has_scale", ctypes.c_int32), ("causal", ctypes.c_int32), ("scale", ctypes.c_double),
+                ("causal_align", ctypes.c_int32), ("has_window", ctypes.c_int32),
+                ("window_left", ctypes.c_int64), ("policy", ctypes.c_int32), ("allow_tf32", ctypes.c_int32)]
+
+
+class PlanInfo(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int32) for n in ("backend", "path", "policy", "dtype", "device_type",
+                                              "device_index", "mask", "has_sinks", "has_lse", "num_threads")] + \
+               [(n, ctypes.c_int64) for n in ("batch", "heads_q", "heads_kv", "len_q", "len_k", "head_dim_qk",
+                                              "head_dim_v", "head_dim_qk_bucket", "head_dim_v_bucket",
+                                              "tile_q", "tile_k", "num_kv_splits")] + \
+               [("workspace_bytes", ctypes.c_uint64), ("scale", ctypes.c_double), ("pad_ratio", ctypes.c_double),
+                ("kernel", ctypes.c_char * 128), ("fallback_reason", ctypes.c_char * 1024)]
+
+
+DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
+
+
+def view(t):
+    s = Tensor()
+    s.data = t.data_ptr()
+    s.dtype = DTYPES[t.dtype]
+    s.device_type = 1
+    s.device_index = t.device.index or 0
+    s.rank = t.dim()
+    for i in range(t.dim()):
+        s.sizes[i] = t.shape[i]
+        s.strides[i] = t.stride(i)
+    return s
+
+
+class Fsdpa:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fsdpa_last_error.restype = ctypes.c_char_p
+        self.lib.fsdpa_plan_explain.restype = ctypes.c_char_p
+
+    def check(self, status):
+        if status != 0:
+            raise RuntimeError(self.lib.fsdpa_last_error().decode())
+
+    def prepare(self, q, k, v, out):
+        """Plans once; returns (run callable, plan info)."""
+        tensors = Tensors(view(q), view(k), view(v), view(out), None, None, None)
+        options = Options(0, 0, 0.0, 0, 0, 0, 1, 0)  # policy fused
+        plan = ctypes.c_void_p()
+        self.check(self.lib.fsdpa_plan_create(ctypes.byref(tensors), ctypes.byref(options), ctypes.byref(plan)))
+        info = PlanInfo()
+        self.check(self.lib.fsdpa_plan_get_info(plan, ctypes.byref(info)))
+        ws = torch.empty(max(1, info.workspace_bytes), dtype=torch.uint8, device="cuda")
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+
+        def run():
+            self.lib.fsdpa_run(plan, ctypes.byref(tensors), ctypes.c_void_p(ws.data_ptr()),
+                               ctypes.c_size_t(info.workspace_bytes), stream)
+        return run, info, plan
+
+
+# ------------------------------------------------------------ measuring
+def median_ms(fn, iters=40, warmup=5):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def copy_ceiling_tbs():
+    x = torch.empty(2 * 1024**3 // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    y = torch.empty_like(x)
+    ms = median_ms(lambda: y.copy_(x), iters=20)
+    return 2 * x.numel() * 2 / ms / 1e9
+
+
+def rel_err(out, ref):
+    return float((out.double() - ref).norm() / ref.norm())
+
+
+def reference(q, k, v, scale):
+    """float64 attention with the query heads of a kv group stacked as rows."""
+    B, Hq, Lq, D = q.shape
+    Hkv = k.shape[1]
+    qg = q.double().reshape(B, Hkv, Hq // Hkv * Lq, D)
+    s = torch.matmul(qg, k.double().transpose(-1, -2)) * scale
+    o = torch.matmul(torch.softmax(s, dim=-1), v.double())
+    return o.reshape(B, Hq, Lq, -1)
+
+
+ROWS = [  # (name, B, Hq, Hkv, Lk, Dqk, Dv, v aliases k)
+    *[(f"anchor", 1, 32, 8, 32768, dq, dv, False) for dq, dv in
+      [(64, 64), (72, 72), (96, 64), (128, 128), (256, 256), (288, 288), (512, 512)]],
+    ("anchor-b8", 8, 32, 8, 8192, 128, 128, False),
+    ("anchor-b8", 8, 32, 8, 8192, 256, 256, False),
+    *[("long", 1, 32, 8, 131072, dq, dv, False) for dq, dv in
+      [(64, 64), (128, 128), (256, 256), (288, 288), (512, 512), (96, 64)]],
+    ("mla", 1, 128, 1, 32768, 576, 512, True),
+]
+
+
+def bench_row(fsdpa, row, ceiling, l2_bytes):
+    name, B, Hq, Hkv, Lk, dq, dv, alias = row
+    unique = B * Hkv * Lk * (dq if alias else dq + dv) * 2
+    sets = min(4, max(1, math.ceil(3 * l2_bytes / unique)))
+    inputs = []
+    for _ in range(sets):
+        q = torch.randn(B, Hq, 1, dq, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(B, Hkv, Lk, dq, dtype=torch.bfloat16, device="cuda")
+        v = k[..., :dv] if alias else torch.randn(B, Hkv, Lk, dv, dtype=torch.bfloat16, device="cuda")
+        out = torch.full((B, Hq, 1, dv), float("nan"), dtype=torch.bfloat16, device="cuda")
+        inputs.append((q, k, v, out))
+    scale = 1 / math.sqrt(dq)
+    result = {"name": name, "B": B, "Hq": Hq, "Hkv": Hkv, "Lk": Lk, "Dqk": dq, "Dv": dv,
+              "v_aliases_k": alias, "unique_kv_bytes": unique}
+    ref = reference(*inputs[0][:3], scale)
+
+    runs, info = [], None
+    for q, k, v, out in inputs:
+        run, info, _ = fsdpa.prepare(q, k, v, out)
+        runs.append(run)
+    counter = [0]
+
+    def fused():
+        runs[counter[0] % sets]()
+        counter[0] += 1
+    ms = median_ms(fused)
+    runs[0]()
+    torch.cuda.synchronize()
+    flops = 2 * B * Hq * Lk * (dq + dv)
+    result["fsdpa"] = {"ms": ms, "tb_s": unique / ms / 1e9, "ceiling_fraction": unique / ms / 1e9 / ceiling,
+                       "tflop_s": flops / ms / 1e9, "workspace_bytes": int(info.workspace_bytes),
+                       "splits": int(info.num_kv_splits), "bucket": f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}",
+                       "err": rel_err(inputs[0][3], ref)}
+
+    for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                           ("math", SDPBackend.MATH)):
+        try:
+            if label == "math" and unique * Hq // Hkv > 8 * 1024**3:
+                raise RuntimeError("skipped: the materialized scores would exceed 8 GB")
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+
+            def call(i=[0]):
+                q, k, v, _ = inputs[i[0] % sets]
+                i[0] += 1
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=Hq != Hkv)
+            o = call()
+            err = rel_err(o, ref) if label != "math" or True else None
+            t = median_ms(call, iters=10 if label == "math" else 40)
+            result[label] = {"ms": t, "tb_s": unique / t / 1e9, "ceiling_fraction": unique / t / 1e9 / ceiling,
+                             "err": err, "transient_bytes": torch.cuda.max_memory_allocated() - base}
+        except Exception as e:  # no kernel for this shape
+            result[label] = {"error": str(e).splitlines()[0][:160]}
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--out", default="h200-decode.json")
+    ap.add_argument("--md", default="h200-decode.md")
+    args = ap.parse_args()
+    fsdpa = Fsdpa(args.lib)
+    props = torch.cuda.get_device_properties(0)
+    ceiling = copy_ceiling_tbs()
+    l2 = getattr(props, "L2_cache_size", 50 * 1024**2)
+    results = []
+    for row in ROWS:
+        print("row", row, file=sys.stderr, flush=True)
+        try:
+            results.append(bench_row(fsdpa, row, ceiling, l2))
+        except Exception as e:
+            results.append({"name": row[0], "row": row, "error": str(e)})
+            print("row failed", row, e, file=sys.stderr)
+        torch.cuda.empty_cache()
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # survives a crash
+    doc = {"gpu": props.name, "torch": torch.__version__, "copy_ceiling_tb_s": ceiling,
+           "command": " ".join(sys.argv), "rows": results}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+    def cell(r, key):
+        x = r.get(key, {})
+        if "tb_s" not in x:
+            return "no kernel"
+        return f"{x['tb_s']:.2f} ({x['ms']*1e3:.0f} us)"
+    lines = [f"GPU {props.name}, torch {torch.__version__}, copy ceiling {ceiling:.2f} TB/s (read+write), bf16, Lq=1",
+             "", "| shape | Dqk/Dv | fsdpa TB/s (time) | of ceiling | splits | workspace | err | flash | cudnn | math | vs cudnn |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "fsdpa" not in r:
+            lines.append(f"| {r.get('row')} | failed: {r.get('error', '')[:80]} |")
+            continue
+        f_ = r["fsdpa"]
+        vs = f"{r['cudnn']['ms'] / f_['ms']:.2f}x" if "ms" in r.get("cudnn", {}) else "-"
+        extra = f", {f_['tflop_s']:.0f} TFLOP/s" if r["v_aliases_k"] else ""
+        lines.append(f"| B={r['B']} Hq={r['Hq']} Hkv={r['Hkv']} Lk={r['Lk']} | {r['Dqk']}/{r['Dv']} | "
+                     f"{cell(r, 'fsdpa')}{extra} | {f_['ceiling_fraction']*100:.0f}% | {f_['splits']} | "
+                     f"{f_['workspace_bytes']} | {f_['err']:.1e} | {cell(r, 'flash')} | {cell(r, 'cudnn')} | "
+                     f"{cell(r, 'math')} | {vs} |")
+    text = "\n".join(lines) + "\n"
+    with open(args.md, "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+// The decode instances as the dispatcher sees them: one function table per
+// (dtype, Dqk bucket, Dv bucket), defined in the generated files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/decode/decode_params.h"
+
+namespace fsdpa::detail::cuda {
+
+struct DecodeBucketFns {
+  // The split kernel (and the combine kernel when num_splits > 1).
+  void (*launch)(const DecodeParams& params, cudaStream_t stream) = nullptr;
+  // Resident blocks per multiprocessor of the split kernel on the current device.
+  int (*blocks_per_sm)(bool v_aliases_k) = nullptr;
+};
+
+template <typename T, int DQK, int DV>
+DecodeBucketFns decode_bucket_fns();
+
+// Merges the split partials into out and lse (decode_combine.cu).
+template <typename T>
+void launch_decode_combine(const DecodeParams& params, cudaStream_t stream);
+
+}  // namespace fsdpa::detail::cuda

@@ -1,0 +1,53 @@
+// What one decode launch needs, in plain values: built on the host by
+// decode.cu from the plan and the tensors, read by the kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace fsdpa::detail::cuda {
+
+// Mask storage kinds as the kernels see them (fsdpa::MaskKind + dtype).
+enum class DecodeMask : int32_t { None = 0, AddF32 = 1, AddF16 = 2, AddBF16 = 3, Bool = 4 };
+
+// Element strides of a rank-4 view in (batch, head, row, column) order.
+struct Strides4 {
+  int64_t batch = 0, head = 0, row = 0, col = 0;
+};
+
+struct DecodeParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;          // null when not asked for
+  const void* mask = nullptr;    // null when mask == None
+  const float* sinks = nullptr;  // null when there are none
+  // Split partials (num_splits > 1): unnormalized outputs [splits][rows][dv_ws]
+  // and (max, sum) pairs [splits][rows][2], rows = batch * heads_q * len_q.
+  float* partial_out = nullptr;
+  float* partial_max_sum = nullptr;
+
+  Strides4 q_strides, k_strides, v_strides, out_strides, mask_strides;  // mask: broadcast = 0
+  Strides4 lse_strides;                                                 // batch, head, row
+  int64_t sinks_stride = 0;
+
+  int32_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0;
+  int32_t head_dim_qk = 0, head_dim_v = 0;
+  int32_t kv_group_size = 0;     // heads_q / heads_kv
+  int32_t rows_per_kv_head = 0;  // kv_group_size * len_q: the packed query rows of a tile
+  int32_t row_chunks = 0;        // ceil(rows_per_kv_head / tile rows)
+  float scale_log2 = 0.f;        // scale * log2(e): scores are kept in the exp2 domain
+  DecodeMask mask_kind = DecodeMask::None;
+  int32_t causal = 0;
+  int32_t has_window = 0;
+  int64_t window_left = 0;
+  int32_t causal_offset = 0;  // Lk - Lq (bottom-right) or 0 (top-left)
+  int32_t v_aliases_k = 0;    // MLA: v is the first Dv columns of k: read them once
+  // Keys [key_begin, key_end) hold every key any row can see; split s covers
+  // [key_begin + s * keys_per_split, ...) of it.
+  int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
+  int32_t num_splits = 1;
+  int32_t dv_ws = 0;  // row stride of partial_out (Dv rounded up to 4)
+};
+
+}  // namespace fsdpa::detail::cuda

@@ -1,0 +1,498 @@
+// The CUDA decode family (src/cuda/decode) against the float64 reference:
+// head dims across the buckets, GQA packing, forced split counts, long keys,
+// every semantic, poisoned outputs, LSE, and the error messages.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "core/tensor.h"
+#include "cpu/cpu.h"
+#include "cuda/decode/decode.h"
+#include "fsdpa/fsdpa.h"
+
+namespace {
+
+using namespace fsdpa;
+
+#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+enum class MaskCase { None, AdditiveF32, AdditiveBF16Broadcast, Boolean, BooleanFullyMaskedRow };
+
+struct Case {
+  int64_t batch = 1, heads_q = 8, heads_kv = 2, len_q = 1, len_k = 97, dqk = 128, dv = 128;
+  DType dtype = DType::BF16;
+  bool causal = false;
+  CausalAlign align = CausalAlign::BottomRight;
+  std::optional<int64_t> window;
+  MaskCase mask = MaskCase::None;
+  bool sinks = false;
+  bool lse = true;
+  bool bshd = false;         // [B, L, H, D] memory, viewed as [B, H, L, D]
+  bool v_aliases_k = false;  // v = first dv columns of k (MLA)
+  int splits = 0;            // FSDPA_DECODE_SPLITS; 0 = automatic
+  std::optional<double> scale;
+
+  std::string name() const {
+    return "B=" + std::to_string(batch) + " Hq=" + std::to_string(heads_q) +
+           " Hkv=" + std::to_string(heads_kv) + " Lq=" + std::to_string(len_q) +
+           " Lk=" + std::to_string(len_k) + " D=" + std::to_string(dqk) + "/" + std::to_string(dv) +
+           " " + to_string(dtype) + (causal ? " causal" : "") +
+           (align == CausalAlign::TopLeft ? "-topleft" : "") +
+           (window ? " window=" + std::to_string(*window) : "") +
+           " mask=" + std::to_string(int(mask)) + (sinks ? " sinks" : "") + (bshd ? " bshd" : "") +
+           (v_aliases_k ? " v=k" : "") + " splits=" + std::to_string(splits);
+  }
+};
+
+double tolerance(DType dtype) {
+  return dtype == DType::BF16 ? 1e-2 : dtype == DType::F16 ? 2e-3 : 1e-5;
+}
+
+// Host buffer plus its device copy.
+struct Buffer {
+  std::vector<unsigned char> host;
+  void* device = nullptr;
+  explicit Buffer(size_t bytes) : host(bytes) {}
+  ~Buffer() {
+    if (device) cudaFree(device);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void upload() {
+    if (host.empty()) return;
+    ASSERT_EQ(cudaMalloc(&device, host.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void poison_device() {
+    if (host.empty()) return;
+    ASSERT_EQ(cudaMalloc(&device, host.size()), cudaSuccess);
+    ASSERT_EQ(cudaMemset(device, 0xff, host.size()), cudaSuccess);  // NaN in every dtype
+  }
+  void download() {
+    if (host.empty()) return;
+    ASSERT_EQ(cudaMemcpy(host.data(), device, host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  }
+};
+
+void fill_random(Buffer& b, DType dtype, std::mt19937& rng, float amplitude = 1.f) {
+  std::normal_distribution<float> normal(0.f, amplitude);
+  const size_t n = b.host.size() / element_size(dtype);
+  for (size_t i = 0; i < n; ++i)
+    detail::store_from_float(b.host.data(), dtype, int64_t(i), normal(rng));
+}
+
+// A [B, H, L, D] view of memory laid out [B, H, L, D] or [B, L, H, D].
+TensorView view4(void* data, DType dtype, int64_t b, int64_t h, int64_t l, int64_t d, bool bshd,
+                 int64_t row_elems) {
+  if (bshd)
+    return strided_view(data, dtype, {b, h, l, d},
+                        {l * h * row_elems, row_elems, h * row_elems, 1});
+  return strided_view(data, dtype, {b, h, l, d}, {h * l * row_elems, l * row_elems, row_elems, 1});
+}
+
+void set_env_splits(int splits) {
+  if (splits > 0)
+    setenv("FSDPA_DECODE_SPLITS", std::to_string(splits).c_str(), 1);
+  else
+    unsetenv("FSDPA_DECODE_SPLITS");
+}
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(c.name());
+  if (!detail::cuda::decode_bucket_compiled(c.dqk, c.dv))
+    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
+  std::mt19937 rng(std::random_device{}());
+  const size_t es = element_size(c.dtype);
+  const int64_t k_row = c.dqk;  // v aliasing k reads k's rows
+  Buffer q(size_t(c.batch * c.heads_q * c.len_q * c.dqk) * es);
+  Buffer k(size_t(c.batch * c.heads_kv * c.len_k * k_row) * es);
+  Buffer v(c.v_aliases_k ? 0 : size_t(c.batch * c.heads_kv * c.len_k * c.dv) * es);
+  Buffer out(size_t(c.batch * c.heads_q * c.len_q * c.dv) * es);
+  Buffer lse(c.lse ? size_t(c.batch * c.heads_q * c.len_q) * 4 : 0);
+  fill_random(q, c.dtype, rng);
+  fill_random(k, c.dtype, rng);
+  if (!c.v_aliases_k) fill_random(v, c.dtype, rng);
+
+  std::optional<Buffer> mask, sinks;
+  std::optional<TensorView> mask_host, mask_dev;
+  if (c.mask != MaskCase::None) {
+    const bool boolean = c.mask == MaskCase::Boolean || c.mask == MaskCase::BooleanFullyMaskedRow;
+    const DType mdt = boolean                           ? DType::Bool
+                      : c.mask == MaskCase::AdditiveF32 ? DType::F32
+                                                        : DType::BF16;
+    // Full [B, Hq, Lq, Lk] or broadcast [1, 1, Lq, Lk].
+    const bool broadcast = c.mask == MaskCase::AdditiveBF16Broadcast;
+    const int64_t mb = broadcast ? 1 : c.batch, mh = broadcast ? 1 : c.heads_q;
+    mask.emplace(size_t(mb * mh * c.len_q * c.len_k) * element_size(mdt));
+    std::uniform_real_distribution<float> uniform(0.f, 1.f);
+    const int64_t n = mb * mh * c.len_q * c.len_k;
+    for (int64_t i = 0; i < n; ++i) {
+      const float u = uniform(rng);
+      if (boolean) {
+        bool keep = u < 0.7f;
+        if (c.mask == MaskCase::BooleanFullyMaskedRow && (i / c.len_k) % 3 == 0) keep = false;
+        mask->host[size_t(i)] = keep ? 1 : 0;
+      } else {
+        const float value = u < 0.1f ? -std::numeric_limits<float>::infinity() : 2.f * u - 1.f;
+        detail::store_from_float(mask->host.data(), mdt, i, value);
+      }
+    }
+    mask->upload();
+    mask_host = contiguous_view(mask->host.data(), mdt, {mb, mh, c.len_q, c.len_k});
+    mask_dev =
+        contiguous_view(mask->device, mdt, {mb, mh, c.len_q, c.len_k}, {DeviceType::CUDA, 0});
+  }
+  if (c.sinks) {
+    sinks.emplace(size_t(c.heads_q) * 4);
+    std::normal_distribution<float> normal(0.f, 2.f);
+    for (int64_t h = 0; h < c.heads_q; ++h) {
+      const float s = normal(rng);
+      std::memcpy(sinks->host.data() + h * 4, &s, 4);
+    }
+    sinks->upload();
+  }
+  q.upload();
+  k.upload();
+  v.upload();
+  out.poison_device();
+  lse.poison_device();
+
+  auto make = [&](bool device) {
+    Tensors t;
+    const Device dev = device ? Device{DeviceType::CUDA, 0} : Device{};
+    auto data = [&](Buffer& b) -> void* { return device ? b.device : b.host.data(); };
+    t.q = view4(data(q), c.dtype, c.batch, c.heads_q, c.len_q, c.dqk, c.bshd, c.dqk);
+    t.k = view4(data(k), c.dtype, c.batch, c.heads_kv, c.len_k, c.dqk, c.bshd, k_row);
+    t.v = c.v_aliases_k ? view4(data(k), c.dtype, c.batch, c.heads_kv, c.len_k, c.dv, c.bshd, k_row)
+                        : view4(data(v), c.dtype, c.batch, c.heads_kv, c.len_k, c.dv, c.bshd, c.dv);
+    t.out = view4(data(out), c.dtype, c.batch, c.heads_q, c.len_q, c.dv, c.bshd, c.dv);
+    for (TensorView* view : {&t.q, &t.k, &t.v, &t.out}) view->device = dev;
+    if (c.mask != MaskCase::None) t.mask = device ? *mask_dev : *mask_host;
+    if (c.sinks) {
+      t.sinks = contiguous_view(device ? sinks->device : sinks->host.data(), DType::F32,
+                                {c.heads_q}, dev);
+    }
+    if (c.lse) t.lse = contiguous_view(data(lse), DType::F32, {c.batch, c.heads_q, c.len_q}, dev);
+    return t;
+  };
+  Options options;
+  options.causal = c.causal;
+  options.causal_align = c.align;
+  options.window_left = c.window;
+  options.scale = c.scale;
+  options.policy = Policy::ForceFused;
+
+  const Tensors device_tensors = make(true);
+  set_env_splits(c.splits);
+  Plan plan;
+  try {
+    plan = fsdpa::plan(describe(device_tensors, options), options);
+  } catch (...) {
+    set_env_splits(0);
+    throw;
+  }
+  set_env_splits(0);
+  ASSERT_EQ(plan.path, Path::FusedDecode) << plan.explain();
+  if (c.splits > 0) {
+    ASSERT_EQ(plan.num_kv_splits, c.splits);
+  }
+  const size_t rows = size_t(c.batch * c.heads_q * c.len_q);
+  EXPECT_LE(plan.workspace_bytes, rows * size_t(plan.num_kv_splits) * size_t(c.dv + 2) * 4);
+  void* workspace = nullptr;
+  if (plan.workspace_bytes) {
+    CUDA_OK(cudaMalloc(&workspace, plan.workspace_bytes));
+  }
+  run(plan, device_tensors, workspace, plan.workspace_bytes, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  if (workspace) {
+    CUDA_OK(cudaFree(workspace));
+  }
+  out.download();
+  lse.download();
+
+  Tensors host_tensors = make(false);
+  // The reference reads the inputs; its own output views are ignored.
+  const detail::cpu::ReferenceResult ref = detail::cpu::reference_attention(host_tensors, options);
+
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  int64_t unwritten = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads_q; ++h)
+      for (int64_t i = 0; i < c.len_q; ++i)
+        for (int64_t d = 0; d < c.dv; ++d) {
+          const double got = detail::load_as_float(out.host.data(), c.dtype,
+                                                   detail::offset_of(host_tensors.out, b, h, i, d));
+          const double want = ref.out[size_t(((b * c.heads_q + h) * c.len_q + i) * c.dv + d)];
+          if (std::isnan(got)) ++unwritten;
+          err2 += (got - want) * (got - want);
+          ref2 += want * want;
+          max_abs = std::max(max_abs, std::abs(got - want));
+        }
+  EXPECT_EQ(unwritten, 0) << "NaN (poison) left in out";
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LE(rel, tolerance(c.dtype)) << "max abs " << max_abs << "\n" << plan.explain();
+  if (c.lse) {
+    for (size_t r = 0; r < rows; ++r) {
+      float got;
+      std::memcpy(&got, lse.host.data() + r * 4, 4);
+      const double want = ref.lse[r];
+      if (std::isinf(want)) {
+        EXPECT_TRUE(std::isinf(got) && got < 0) << "row " << r << " lse " << got;
+      } else {
+        EXPECT_NEAR(got, want, 1e-3 * std::max(1.0, std::abs(want))) << "row " << r;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ shapes
+
+TEST(Decode, HeadDimsAcrossBuckets) {
+  const std::pair<int64_t, int64_t> dims[] = {
+      {64, 64},   {72, 72},   {96, 64}, {128, 128}, {192, 128}, {256, 256}, {288, 288},
+      {512, 512}, {576, 512}, {8, 8},   {40, 40},   {200, 136}, {328, 264}, {520, 488}};
+  for (auto [dqk, dv] : dims) {
+    Case c;
+    c.dqk = dqk;
+    c.dv = dv;
+    c.len_k = 577;
+    run_case(c);
+  }
+}
+
+TEST(Decode, Dtypes) {
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (int64_t d : {64, 128, 512}) {
+      Case c;
+      c.dtype = dtype;
+      c.dqk = c.dv = d;
+      c.len_k = 577;
+      run_case(c);
+    }
+}
+
+TEST(Decode, GqaRatios) {
+  const std::pair<int64_t, int64_t> heads[] = {{8, 8}, {8, 2}, {16, 2}, {16, 1}, {128, 1}, {7, 1}};
+  for (auto [hq, hkv] : heads) {
+    Case c;
+    c.heads_q = hq;
+    c.heads_kv = hkv;
+    c.len_k = 577;
+    run_case(c);
+  }
+}
+
+TEST(Decode, KeyLengths) {
+  for (int64_t lk : {1, 17, 577, 32768, 131073}) {
+    Case c;
+    c.len_k = lk;
+    c.heads_q = 4;
+    c.heads_kv = 1;
+    run_case(c);
+  }
+}
+
+TEST(Decode, EmptyKeys) {
+  Case c;
+  c.len_k = 0;
+  run_case(c);
+  c.sinks = true;
+  run_case(c);
+}
+
+TEST(Decode, SplitsForced) {
+  for (int splits : {1, 2, 7, 64}) {
+    Case c;
+    c.len_k = 577;
+    c.splits = splits;
+    c.sinks = splits % 2 == 0;
+    run_case(c);
+    c.len_k = 17;  // more splits than keys: empty splits
+    run_case(c);
+  }
+}
+
+TEST(Decode, Mla) {
+  Case c;
+  c.heads_q = 128;
+  c.heads_kv = 1;
+  c.dqk = 576;
+  c.dv = 512;
+  c.len_k = 577;
+  c.v_aliases_k = true;
+  c.scale = 0.1;
+  run_case(c);
+  c.splits = 1;
+  run_case(c);
+  c.dtype = DType::F32;
+  c.splits = 0;
+  run_case(c);
+}
+
+// ------------------------------------------------------------ semantics
+
+TEST(Decode, CausalFewQueries) {
+  for (CausalAlign align : {CausalAlign::BottomRight, CausalAlign::TopLeft})
+    for (int64_t lq : {2, 5, 16})
+      for (int64_t lk : {3, 37, 577}) {
+        Case c;
+        c.causal = true;
+        c.align = align;
+        c.len_q = lq;
+        c.len_k = lk;
+        c.heads_q = 8;
+        c.heads_kv = 1;
+        c.splits = lk > 100 ? 3 : 0;
+        run_case(c);
+      }
+}
+
+TEST(Decode, SlidingWindow) {
+  for (int64_t lq : {1, 4}) {
+    Case c;
+    c.len_q = lq;
+    c.len_k = 4099;
+    c.causal = true;
+    c.window = 128;
+    c.heads_q = 64;
+    c.heads_kv = 8;
+    c.dqk = c.dv = 64;
+    c.sinks = true;  // gpt-oss
+    run_case(c);
+    c.causal = false;
+    c.window = 0;
+    run_case(c);
+  }
+}
+
+TEST(Decode, Masks) {
+  for (MaskCase mask : {MaskCase::AdditiveF32, MaskCase::AdditiveBF16Broadcast, MaskCase::Boolean,
+                        MaskCase::BooleanFullyMaskedRow})
+    for (int splits : {1, 5}) {
+      Case c;
+      c.mask = mask;
+      c.len_q = 3;
+      c.len_k = 577;
+      c.splits = splits;
+      c.causal = mask == MaskCase::Boolean;
+      run_case(c);
+    }
+}
+
+TEST(Decode, FullyMaskedRowsAndSinks) {
+  // Bottom-right causal with Lq > Lk: the first rows see nothing.
+  for (bool sinks : {false, true})
+    for (int splits : {1, 4}) {
+      Case c;
+      c.causal = true;
+      c.len_q = 9;
+      c.len_k = 5;
+      c.sinks = sinks;
+      c.splits = splits;
+      run_case(c);
+    }
+}
+
+TEST(Decode, StridesAndLayouts) {
+  Case c;
+  c.bshd = true;
+  c.len_q = 2;
+  c.len_k = 577;
+  run_case(c);
+  c.dqk = 576;
+  c.dv = 512;
+  c.v_aliases_k = true;
+  c.heads_q = 16;
+  c.heads_kv = 1;
+  run_case(c);
+}
+
+// ------------------------------------------------------------ errors
+
+Problem decode_problem() {
+  Problem p;
+  p.batch = 1;
+  p.heads_q = 8;
+  p.heads_kv = 8;
+  p.len_q = 1;
+  p.len_k = 100;
+  p.head_dim_qk = p.head_dim_v = 128;
+  p.dtype = DType::BF16;
+  p.device = {DeviceType::CUDA, 0};
+  return p;
+}
+
+std::string decline(const Problem& p) {
+  const detail::Verdict verdict = detail::cuda::decode_supports(p, {});
+  EXPECT_FALSE(verdict.ok);
+  return verdict.reason;
+}
+
+TEST(DecodeErrors, Reasons) {
+  Problem p = decode_problem();
+  EXPECT_TRUE(detail::cuda::decode_supports(p, {}).ok);
+  p.len_q = 4096;
+  EXPECT_EQ(decline(p), "len_q=4096 exceeds the decode limit 16 (prefill family)");
+  p = decode_problem();
+  p.head_dim_qk = 1040;
+  EXPECT_EQ(decline(p), "head_dim_qk=1040 exceeds the largest fused size 576");
+  p = decode_problem();
+  p.head_dim_v = 600;
+  EXPECT_EQ(decline(p), "head_dim_v=600 exceeds the largest fused size 512");
+  p = decode_problem();
+  p.rows_contiguous_aligned = false;
+  EXPECT_EQ(decline(p), "rows must have stride 1 and 16-byte alignment (q, k, v, out)");
+}
+
+TEST(DecodeErrors, ForceFusedNamesTheConstraint) {
+  Problem p = decode_problem();
+  p.head_dim_qk = 1040;
+  Options options;
+  options.policy = Policy::ForceFused;
+  try {
+    (void)plan(p, options);
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim_qk=1040 exceeds the largest fused size 576"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DecodeErrors, SplitsVariable) {
+  setenv("FSDPA_DECODE_SPLITS", "zero", 1);
+  try {
+    (void)plan(decode_problem(), {});
+    unsetenv("FSDPA_DECODE_SPLITS");
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    unsetenv("FSDPA_DECODE_SPLITS");
+    EXPECT_NE(std::string(e.what()).find(
+                  "FSDPA_DECODE_SPLITS: expected an integer in [1, 4096], got 'zero'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DecodePlan, SplitsFillTheGpu) {
+  Problem p = decode_problem();
+  p.heads_q = 32;
+  p.len_k = 131072;
+  const Plan plan = fsdpa::plan(p, {});
+  EXPECT_EQ(plan.path, Path::FusedDecode);
+  EXPECT_GT(plan.num_kv_splits, 8);
+  EXPECT_EQ(plan.workspace_bytes,
+            size_t(32) * size_t(plan.num_kv_splits) * size_t(128 + 2) * sizeof(float));
+}
+
+}  // namespace
