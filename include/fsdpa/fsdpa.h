@@ -135,6 +135,10 @@ struct Problem {
   // q, k, v, out have stride 1 in the last dimension and every row starts
   // 16-byte aligned (what fused GPU kernels load with 16-byte accesses).
   bool rows_contiguous_aligned = true;
+  // Each [L, D] matrix of q, k and v has stride 1 in one of its two dims and
+  // the other stride at least the size of that dim, and out has stride 1 in
+  // its last dim: the layouts a BLAS GEMM takes (the unfused GPU path).
+  bool matrices_blas_compatible = true;
   // v is a view of the first Dv columns of k (MLA absorbed decode).
   bool v_aliases_k = false;
 };

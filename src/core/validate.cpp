@@ -104,6 +104,38 @@ void check_no_zero_stride(const TensorView& t, const char* name) {
                     std::to_string(t.sizes[d]) + "; an output cannot be broadcast");
 }
 
+// Outputs must not write one element twice: with the dims of size > 1
+// sorted by stride, each stride spans the extent of the dims below it.
+void check_no_self_overlap(const TensorView& t, const char* name) {
+  if (element_count(t) == 0) return;
+  int order[kMaxRank];
+  int count = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] <= 1) continue;
+    int i = count++;  // insertion sort by stride: at most four dims
+    for (; i > 0 && t.strides[order[i - 1]] > t.strides[d]; --i) order[i] = order[i - 1];
+    order[i] = d;
+  }
+  int64_t extent = 1;  // elements spanned by the dims below
+  for (int i = 0; i < count; ++i) {
+    const int d = order[i];
+    if (t.strides[d] < extent) {
+      std::string sizes, strides;
+      for (int e = 0; e < t.rank; ++e) {
+        if (e > 0) {
+          sizes.append(", ");
+          strides.append(", ");
+        }
+        sizes.append(std::to_string(t.sizes[e]));
+        strides.append(std::to_string(t.strides[e]));
+      }
+      throw_invalid(std::string(name) + ": sizes [" + sizes + "] with strides [" + strides +
+                    "] make elements overlap; an output must not alias itself");
+    }
+    extent = t.strides[d] * t.sizes[d];
+  }
+}
+
 struct ByteRange {
   uintptr_t begin = 0;
   uintptr_t end = 0;  // one past the last byte
@@ -134,6 +166,15 @@ bool rows_aligned(const TensorView& t) {
   for (int d = 0; d < 3; ++d)
     if (t.sizes[d] > 1 && (static_cast<size_t>(t.strides[d]) * bytes) % 16 != 0) return false;
   return true;
+}
+
+// A GEMM operand: one of the two inner dims has stride 1 and the other
+// spans at least the first one's extent (size-1 dims impose nothing).
+bool blas_compatible(const TensorView& t, bool row_major_only) {
+  const int64_t rows = t.sizes[2], cols = t.sizes[3];
+  if (rows <= 1 || cols <= 1) return true;
+  if (t.strides[3] == 1 && t.strides[2] >= cols) return true;
+  return !row_major_only && t.strides[2] == 1 && t.strides[3] >= rows;
 }
 
 }  // namespace
@@ -211,6 +252,10 @@ void check_matches_plan(const Problem& planned, const Problem& actual) {
     throw_invalid(
         "tensors do not match the plan: the plan needs rows with stride 1 and 16-byte "
         "alignment");
+  if (planned.matrices_blas_compatible && !actual.matrices_blas_compatible)
+    throw_invalid(
+        "tensors do not match the plan: the plan needs matrices with a unit stride (a BLAS "
+        "layout)");
   if (planned.v_aliases_k != actual.v_aliases_k)
     throw_invalid("tensors do not match the plan: v aliasing k differs");
 }
@@ -311,8 +356,13 @@ Problem describe(const Tensors& t, const Options& options) {
     p.has_lse = true;
   }
 
+  check_no_self_overlap(t.out, "out");
+  if (t.lse) check_no_self_overlap(*t.lse, "lse");
+
   p.rows_contiguous_aligned =
       rows_aligned(t.q) && rows_aligned(t.k) && rows_aligned(t.v) && rows_aligned(t.out);
+  p.matrices_blas_compatible = blas_compatible(t.q, false) && blas_compatible(t.k, false) &&
+                               blas_compatible(t.v, false) && blas_compatible(t.out, true);
   p.v_aliases_k = t.v.data == t.k.data && t.v.strides[0] == t.k.strides[0] &&
                   t.v.strides[1] == t.k.strides[1] && t.v.strides[2] == t.k.strides[2] &&
                   t.v.strides[3] == t.k.strides[3] && p.head_dim_v <= p.head_dim_qk;

@@ -23,7 +23,11 @@ const KernelRow kTable[] = {
      "few-query shapes (decode, speculative verification): split-K + combine"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
-     "tiled online softmax on mma.sync tensor cores"},
+     "bf16/f16, every Dqk, Dv <= 256 (buckets of 16; 96/64 and 192/128 pairs): tiled online "
+     "softmax on mma.sync tensor cores"},
+    {"cuda_fused_prefill_f32", Backend::CUDA, Path::FusedPrefill, cuda::prefill_f32_supports,
+     cuda::prefill_f32_configure, cuda::prefill_f32_launch,
+     "f32, every Dqk, Dv <= 256: exact tiled online softmax on FP32 CUDA cores (no TF32)"},
     {"cuda_unfused_cublas", Backend::CUDA, Path::Unfused, cuda::unfused_supports,
      cuda::unfused_configure, cuda::unfused_launch,
      "every valid shape: cuBLAS GEMMs + a masked-softmax kernel (materializes the scores)"},

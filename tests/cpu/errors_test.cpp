@@ -318,6 +318,18 @@ std::vector<BadInput> bad_inputs() {
 }
 , Kind::Invalid, "fsdpa: lse: stride 1 is 0 with size 4; an output cannot be broadcast"
 }
+, {"out_overlaps_itself", MUTATE{t.out.strides = {30, 6, 1, 1};
+}
+, Kind::Invalid,
+    "fsdpa: out: sizes [2, 4, 5, 6] with strides [30, 6, 1, 1] make elements overlap; an output "
+    "must not alias itself"
+}
+, {"lse_overlaps_itself", MUTATE{t.lse->strides = {4, 1, 1, 0};
+}
+, Kind::Invalid,
+    "fsdpa: lse: sizes [2, 4, 5] with strides [4, 1, 1] make elements overlap; an output must "
+    "not alias itself"
+}
 , {"out_overlaps_q", MUTATE{shrink(t.out, t.q.data);
 }
 , Kind::Invalid, "fsdpa: out: overlaps the memory of q; outputs must not alias inputs"

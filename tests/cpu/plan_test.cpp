@@ -284,12 +284,12 @@ TEST(Describe, ProblemFacts) {
   Rng rng(base_seed());
   struct Expect {
     Layout layout;
-    bool aligned, alias;
+    bool aligned, alias, blas;  // blas: out D-major has no unit last-dim stride
   };
   for (const Expect& e :
-       {Expect{Layout::Contiguous, true, false}, Expect{Layout::BSHD, true, false},
-        Expect{Layout::Padded, false, false}, Expect{Layout::DMajor, false, false},
-        Expect{Layout::PackedKV, true, false}, Expect{Layout::MlaAlias, true, true}}) {
+       {Expect{Layout::Contiguous, true, false, true}, Expect{Layout::BSHD, true, false, true},
+        Expect{Layout::Padded, false, false, true}, Expect{Layout::DMajor, false, false, false},
+        Expect{Layout::PackedKV, true, false, true}, Expect{Layout::MlaAlias, true, true, true}}) {
     c.layout = e.layout;
     AttentionData d = make_data(c, rng);
     const Problem p = describe(d.tensors, d.options);
@@ -308,6 +308,7 @@ TEST(Describe, ProblemFacts) {
     EXPECT_TRUE(p.has_lse);
     EXPECT_EQ(p.rows_contiguous_aligned, e.aligned);
     EXPECT_EQ(p.v_aliases_k, e.alias);
+    EXPECT_EQ(p.matrices_blas_compatible, e.blas);
   }
   c.mask = MaskType::Boolean;
   c.sinks = false;

@@ -259,16 +259,22 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   Outcome outcome;
   const Problem problem = describe(device, options);
   if (c.direct_prefill) {
-    const detail::Verdict verdict = detail::cuda::prefill_supports(problem, options);
+    // The prefill row of the table for this dtype, whatever plan() would pick.
+    const char* row_name = c.dtype == DType::F32 ? "cuda_fused_prefill_f32" : "cuda_fused_prefill";
+    const detail::KernelRow* row = nullptr;
+    for (const detail::KernelRow& candidate : detail::selection_table())
+      if (std::string(candidate.name) == row_name) row = &candidate;
+    if (row == nullptr) throw Error(std::string("fsdpa: test: no table row ") + row_name);
+    const detail::Verdict verdict = row->supports(problem, options);
     if (!verdict.ok) throw Unsupported("fsdpa: prefill declined: " + verdict.reason);
     Plan p = plan(problem, options);  // resolves scale and policy
-    p.path = Path::FusedPrefill;
-    p.kernel = "cuda_fused_prefill";
+    p.path = row->path;
+    p.kernel = row->name;
     p.head_dim_qk_bucket = p.head_dim_v_bucket = 0;
     p.tile_q = p.tile_k = 0;
-    detail::cuda::prefill_configure(problem, p);
+    row->configure(problem, p);
     outcome.plan = p;
-    detail::cuda::prefill_launch(p, device, nullptr, nullptr);
+    row->launch(p, device, nullptr, nullptr);
   } else {
     outcome.plan = plan(problem, options);
     attention(device, options, nullptr);

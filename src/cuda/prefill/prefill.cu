@@ -59,10 +59,10 @@ std::vector<PrefillBucketPair> prefill_bucket_pairs() {
   return pairs;
 }
 
-Verdict prefill_supports(const Problem& p, const Options& options) {
-  if (p.dtype != DType::BF16 && p.dtype != DType::F16 && p.dtype != DType::F32)
-    return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
-                       " is not one of bf16, f16, f32");
+namespace {
+
+// Constraints shared by the mma.sync rows and the exact f32 row.
+Verdict prefill_layout_and_size(const Problem& p) {
   if (!p.rows_contiguous_aligned)
     return Verdict::no(
         "rows must have stride 1 and 16-byte alignment (q, k, v and out: last-dimension stride "
@@ -80,7 +80,16 @@ Verdict prefill_supports(const Problem& p, const Options& options) {
   if (p.batch > 65535 || p.heads_q > 65535)
     return Verdict::no("batch=" + str(p.batch) + ", heads_q=" + str(p.heads_q) +
                        ": prefill supports at most 65535 of each (grid limits)");
-  if (p.dtype == DType::F32) return simt_f32_supports(p, options);
+  return Verdict::yes();
+}
+
+}  // namespace
+
+Verdict prefill_supports(const Problem& p, const Options&) {
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
+                       " is not one of bf16, f16 (the mma.sync instances)");
+  if (Verdict common = prefill_layout_and_size(p); !common.ok) return common;
   if (find_instance(p.head_dim_qk, p.head_dim_v) == nullptr)
     return Verdict::no(
         "head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
@@ -108,10 +117,6 @@ Verdict prefill_supports(const Problem& p, const Options& options) {
 void prefill_configure(const Problem& p, Plan& plan) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
-  if (p.dtype == DType::F32) {
-    simt_f32_configure(p, plan);
-    return;
-  }
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   plan.head_dim_qk_bucket = instance->head_dim_qk_bucket;
@@ -158,10 +163,6 @@ void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
   if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
   const PrefillParams params = make_prefill_params(plan, t);
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  if (p.dtype == DType::F32) {
-    simt_f32_launch(params, cuda_stream);
-    return;
-  }
   for (const PrefillInstance& instance : kPrefillInstances) {
     if (instance.head_dim_qk_bucket != plan.head_dim_qk_bucket ||
         instance.head_dim_v_bucket != plan.head_dim_v_bucket || !instance.compiled)
@@ -180,6 +181,25 @@ void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
   throw Error("fsdpa: internal: prefill plan for bucket " + str(plan.head_dim_qk_bucket) + "/" +
               str(plan.head_dim_v_bucket) + " dtype " + to_string(p.dtype) +
               " has no compiled instance");
+}
+
+Verdict prefill_f32_supports(const Problem& p, const Options& options) {
+  if (p.dtype != DType::F32)
+    return Verdict::no(std::string("dtype ") + to_string(p.dtype) + " is not f32");
+  if (Verdict common = prefill_layout_and_size(p); !common.ok) return common;
+  return simt_f32_supports(p, options);
+}
+
+void prefill_f32_configure(const Problem& p, Plan& plan) {
+  plan.num_kv_splits = 1;
+  plan.workspace_bytes = 0;
+  simt_f32_configure(p, plan);
+}
+
+void prefill_f32_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
+  const Problem& p = plan.problem;
+  if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
+  simt_f32_launch(make_prefill_params(plan, t), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -12,6 +12,12 @@ Verdict prefill_supports(const Problem& problem, const Options& options);
 void prefill_configure(const Problem& problem, Plan& plan);
 void prefill_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
+// The exact f32 row: the same tiled online softmax on FP32 CUDA cores (no
+// TF32), runtime head dims up to 256.
+Verdict prefill_f32_supports(const Problem& problem, const Options& options);
+void prefill_f32_configure(const Problem& problem, Plan& plan);
+void prefill_f32_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+
 // The (Dqk bucket, Dv bucket) pairs of the generated instance list and
 // whether each is compiled into this build (FSDPA_HEAD_DIMS); for tests.
 struct PrefillBucketPair {

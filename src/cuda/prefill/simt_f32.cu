@@ -186,7 +186,7 @@ void simt_f32_configure(const Problem&, Plan& plan) {
 void simt_f32_launch(const PrefillParams& params, cudaStream_t stream) {
   const size_t bytes = shared_bytes(params.head_dim_qk, params.head_dim_v);
   const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel);
-  prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill (f32 simt)");
+  prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill_f32");
   const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
                   static_cast<unsigned>(params.batch));

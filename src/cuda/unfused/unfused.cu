@@ -276,6 +276,10 @@ void launch_softmax_and_zero(const SoftmaxParams& params, int64_t rows, const Pr
 }  // namespace
 
 Verdict unfused_supports(const Problem& p, const Options&) {
+  if (!p.matrices_blas_compatible)
+    return Verdict::no(
+        "cuBLAS needs each [L, D] matrix of q, k, v with stride 1 in one dim and the other "
+        "stride at least that dim's size, and out with stride 1 in its last dim");
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
   if (p.batch * p.heads_q > kIntMax || p.len_q > kIntMax || p.len_k > kIntMax ||
       p.batch * p.heads_q * p.len_q > kIntMax)
