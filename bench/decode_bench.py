@@ -7,12 +7,12 @@ sets rotated when K/V would fit in L2), unique K/V bytes read per second, the
 fraction of the device-copy ceiling measured in the same run, workspace
 bytes, and the error against a float64 reference.
 
-  python3 bench/decode_bench.py --lib build/libfsdpa.so --out results.json
+  FSDPA_LIBRARY=build/libfsdpa.so python3 bench/decode_bench.py --out results.json
 """
 import argparse
-import ctypes
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -21,76 +21,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-# ------------------------------------------------------------ the C ABI (include/fsdpa/c_api.h)
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("device_type", ctypes.c_int32),
-                ("device_index", ctypes.c_int32), ("rank", ctypes.c_int32),
-                ("sizes", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
-
-
-class Tensors(ctypes.Structure):
-    _fields_ = [("q", Tensor), ("k", Tensor), ("v", Tensor), ("out", Tensor),
-                ("mask", ctypes.POINTER(Tensor)), ("sinks", ctypes.POINTER(Tensor)),
-                ("lse", ctypes.POINTER(Tensor))]
-
-
-class Options(ctypes.Structure):
-    _fields_ = [("has_scale", ctypes.c_int32), ("causal", ctypes.c_int32), ("scale", ctypes.c_double),
-                ("causal_align", ctypes.c_int32), ("has_window", ctypes.c_int32),
-                ("window_left", ctypes.c_int64), ("policy", ctypes.c_int32), ("allow_tf32", ctypes.c_int32)]
-
-
-class PlanInfo(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int32) for n in ("backend", "path", "policy", "dtype", "device_type",
-                                              "device_index", "mask", "has_sinks", "has_lse", "num_threads")] + \
-               [(n, ctypes.c_int64) for n in ("batch", "heads_q", "heads_kv", "len_q", "len_k", "head_dim_qk",
-                                              "head_dim_v", "head_dim_qk_bucket", "head_dim_v_bucket",
-                                              "tile_q", "tile_k", "num_kv_splits")] + \
-               [("workspace_bytes", ctypes.c_uint64), ("scale", ctypes.c_double), ("pad_ratio", ctypes.c_double),
-                ("kernel", ctypes.c_char * 128), ("fallback_reason", ctypes.c_char * 1024)]
-
-
-DTYPES = {torch.float16: 0, torch.bfloat16: 1, torch.float32: 2}
-
-
-def view(t):
-    s = Tensor()
-    s.data = t.data_ptr()
-    s.dtype = DTYPES[t.dtype]
-    s.device_type = 1
-    s.device_index = t.device.index or 0
-    s.rank = t.dim()
-    for i in range(t.dim()):
-        s.sizes[i] = t.shape[i]
-        s.strides[i] = t.stride(i)
-    return s
-
-
-class Fsdpa:
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        self.lib.fsdpa_last_error.restype = ctypes.c_char_p
-        self.lib.fsdpa_plan_explain.restype = ctypes.c_char_p
-
-    def check(self, status):
-        if status != 0:
-            raise RuntimeError(self.lib.fsdpa_last_error().decode())
-
-    def prepare(self, q, k, v, out):
-        """Plans once; returns (run callable, plan info)."""
-        tensors = Tensors(view(q), view(k), view(v), view(out), None, None, None)
-        options = Options(0, 0, 0.0, 0, 0, 0, 1, 0)  # policy fused
-        plan = ctypes.c_void_p()
-        self.check(self.lib.fsdpa_plan_create(ctypes.byref(tensors), ctypes.byref(options), ctypes.byref(plan)))
-        info = PlanInfo()
-        self.check(self.lib.fsdpa_plan_get_info(plan, ctypes.byref(info)))
-        ws = torch.empty(max(1, info.workspace_bytes), dtype=torch.uint8, device="cuda")
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-
-        def run():
-            self.lib.fsdpa_run(plan, ctypes.byref(tensors), ctypes.c_void_p(ws.data_ptr()),
-                               ctypes.c_size_t(info.workspace_bytes), stream)
-        return run, info, plan
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fsdpa  # noqa: E402
 
 
 # ------------------------------------------------------------ measuring
@@ -141,7 +73,7 @@ ROWS = [  # (name, B, Hq, Hkv, Lk, Dqk, Dv, v aliases k)
 ]
 
 
-def bench_row(fsdpa, row, ceiling, l2_bytes):
+def bench_row(row, ceiling, l2_bytes):
     name, B, Hq, Hkv, Lk, dq, dv, alias = row
     unique = B * Hkv * Lk * (dq if alias else dq + dv) * 2
     sets = min(4, max(1, math.ceil(3 * l2_bytes / unique)))
@@ -159,8 +91,9 @@ def bench_row(fsdpa, row, ceiling, l2_bytes):
 
     runs, info = [], None
     for q, k, v, out in inputs:
-        run, info, _ = fsdpa.prepare(q, k, v, out)
+        run = fsdpa.prepare(q, k, v, out=out, policy="fused")
         runs.append(run)
+        info = run.info
     counter = [0]
 
     def fused():
@@ -200,11 +133,9 @@ def bench_row(fsdpa, row, ceiling, l2_bytes):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
     ap.add_argument("--out", default="h200-decode.json")
     ap.add_argument("--md", default="h200-decode.md")
     args = ap.parse_args()
-    fsdpa = Fsdpa(args.lib)
     props = torch.cuda.get_device_properties(0)
     ceiling = copy_ceiling_tbs()
     l2 = getattr(props, "L2_cache_size", 50 * 1024**2)
@@ -212,7 +143,7 @@ def main():
     for row in ROWS:
         print("row", row, file=sys.stderr, flush=True)
         try:
-            results.append(bench_row(fsdpa, row, ceiling, l2))
+            results.append(bench_row(row, ceiling, l2))
         except Exception as e:
             results.append({"name": row[0], "row": row, "error": str(e)})
             print("row failed", row, e, file=sys.stderr)

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# The one command for the GPU machine: builds fsdpa (CUDA, ninja -j16, in
-# .devbuild/build), runs the GPU tests, compute-sanitizer memcheck and
-# racecheck on a small grid, and the side-by-side benchmark. Prints a short
-# table last; full logs and results go under $OUT.
+# The one command for the GPU machine (the `device` tool's `run`): builds
+# fsdpa with every head-dim bucket (ninja -j16, in .devbuild/build, which
+# survives between calls while the machine stays warm), runs the GPU tests
+# of every family, compute-sanitizer memcheck and racecheck on a small grid,
+# the side-by-side benchmarks (prefill and decode) and the `fsdpa` command's
+# default run. Full logs and results go into $OUT/results.tgz (the tool
+# brings back at most 8 files); a short summary is printed last.
 #
-#   bash bench/device.sh [all|tests|bench]      (FSDPA_HEAD_DIMS=all by default)
-#
-# Needs GoogleTest: installed, or its source in .devbuild/deps/googletest
-# (cp -r /usr/src/googletest .devbuild/deps/ here, then carry .devbuild/deps).
+#   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
+#   run:         bash bench/device.sh [all|tests|bench]     (carry: .devbuild/deps)
 set -uo pipefail
+cd "$(dirname "$0")/.."
 STAGES=${1:-all}
-OUT=${OUT:-/tmp/fsdpa-device}
-mkdir -p "$OUT"
+FINAL_OUT=${OUT:-/tmp/fsdpa-device}
+OUT=/tmp/fsdpa-results
+rm -rf "$OUT"
+mkdir -p "$OUT" "$FINAL_OUT"
 BUILD=.devbuild/build
 HEAD_DIMS=${FSDPA_HEAD_DIMS:-all}
 SUMMARY=$OUT/summary.txt
@@ -19,29 +23,10 @@ SUMMARY=$OUT/summary.txt
 say() { echo "$*" | tee -a "$SUMMARY"; }
 
 export PATH=/usr/local/cuda/bin:$PATH
+# cuBLAS comes from the torch wheel on the GPU machine.
 CUBLAS_DIR=$(python3 -c "import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], 'lib'))" 2>/dev/null || true)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${CUBLAS_DIR}:${LD_LIBRARY_PATH:-}
 say "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -1); nvcc: $(nvcc --version | tail -1)"
-
-# ------------------------------------------------------------------ tune
-# Tile variants of the prefill kernel (bench/prefill_tune.cu), built here
-# beforehand into .devbuild/tune/prefill_tune and carried. With APPLY_TUNE=1
-# the winners replace the rows of this machine's copy of config.h before the
-# build (copy them into the repository's table with their numbers).
-if [ -x .devbuild/tune/prefill_tune ] && [ "$STAGES" != bench ]; then
-  timeout 120 .devbuild/tune/prefill_tune >/tmp/tune.txt 2>&1
-  grep -v '^BEST' /tmp/tune.txt | tee -a "$SUMMARY"
-  if [ "${APPLY_TUNE:-0}" = 1 ]; then
-    while read -r _ d tile; do
-      case $d in
-        64) sed -i "s/  if (d <= 64) return {[0-9, ]*};/  if (d <= 64) return {$tile};/" src/cuda/prefill/config.h ;;
-        128) sed -i "s/  if (d <= 128) return {[0-9, ]*};/  if (d <= 128) return {$tile};/" src/cuda/prefill/config.h ;;
-        256) sed -i "s/^  return {[0-9, ]*};/  return {$tile};/" src/cuda/prefill/config.h ;;
-      esac
-    done < <(grep '^BEST' /tmp/tune.txt)
-    say "tile table used: $(grep -E 'return \{[0-9]' src/cuda/prefill/config.h | tr -s ' ' | tr '\n' ' ')"
-  fi
-fi
 
 # ------------------------------------------------------------------ build
 cmake_extra=()
@@ -60,20 +45,18 @@ if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest /usr/li
   cmake_extra+=("-DCMAKE_PREFIX_PATH=/tmp/gtest")
 fi
 t0=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_TOOLS=OFF \
-  -DFSDPA_BUILD_BENCH=OFF -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
+cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
+  -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $BUILD -j16 fsdpa gpu_test_prefill gpu_test_unfused >>"$OUT/build.log" 2>&1 ||
+ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
-# Compile time per prefill instance (ninja log: start end mtime output).
-awk '$4 ~ /instances\/prefill_.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "prefill instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
+awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
   $BUILD/.ninja_log | tee -a "$SUMMARY"
 
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   t0=$(date +%s)
-  : >"$OUT/tests.log"
   pids=()
   for i in $(seq 0 11); do
     GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout 300 $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
@@ -83,11 +66,15 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   timeout 300 $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
   pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
-  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" >>"$OUT/tests.log"
-  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt"
-  say "tests: $(grep -c '^\[       OK \]' "$OUT/tests.log") ok lines, $(grep -E -c '^\[  (PASSED|FAILED)' "$OUT/tests.log") summary lines, $(($(date +%s) - t0)) s"
+  # Decode runs alone: its big-Lk cases time the GPU memory system.
+  timeout 300 $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
+  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
+  say "gpu tests: $(($(date +%s) - t0)) s"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
   grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -40 | tee -a "$SUMMARY"
+  (cd $BUILD && timeout 120 ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
+  say "cli gpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cli_gpu.log")"
 
   t0=$(date +%s)
   small='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillSemantics*D128x128*boolEmpty_fused:*PrefillAwkward*L37x1_*_fused:*PrefillAwkward*D72x72_f16*'
@@ -97,21 +84,39 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   timeout 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_unfused \
     --gtest_filter='*boolEmpty*:*L97x0*:*interleaved*' --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
   say "memcheck unfused: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  decode_small='Decode.SplitsForced:Decode.FullyMaskedRowsAndSinks:Decode.EmptyKeys'
+  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
   timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
     --gtest_filter='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D64x64_f32*' \
     --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($(($(date +%s) - t0)) s sanitizers)"
+  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($(($(date +%s) - t0)) s sanitizers)"
 fi
 
 # ------------------------------------------------------------------ bench
 if [ "$STAGES" = all ] || [ "$STAGES" = bench ]; then
   mkdir -p "$OUT/bench"
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout ${BENCH_TIMEOUT:-330} \
-    python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
-  say "bench: rc=$?"
-  tail -4 "$OUT/bench.log" | grep -v '^|' | head -3
+  export FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1
+  t0=$(date +%s)
+  timeout "${BENCH_TIMEOUT:-240}" python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} \
+    >"$OUT/bench-prefill.log" 2>&1
+  say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+  t0=$(date +%s)
+  timeout "${DECODE_BENCH_TIMEOUT:-150}" python3 -X faulthandler bench/decode_bench.py \
+    --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" >"$OUT/bench-decode.log" 2>&1
+  say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+  timeout 120 $BUILD/bin/fsdpa --json "$OUT/bench/fsdpa-default.json" >"$OUT/bench/fsdpa-default.txt" 2>"$OUT/fsdpa-default.err"
+  say "fsdpa default run: rc=$? $(tail -1 "$OUT/bench/fsdpa-default.txt")"
 fi
+tar czf "$FINAL_OUT/results.tgz" -C "$OUT" .
+cp "$SUMMARY" "$FINAL_OUT/summary.txt"
 echo "=================== summary"
 cat "$SUMMARY"
-[ -f "$OUT/bench/h200-prefill.md" ] && cat "$OUT/bench/h200-prefill.md"
+for f in h200-prefill.md h200-decode.md; do
+  [ -f "$OUT/bench/$f" ] && grep -E '^\|' "$OUT/bench/$f" | cut -c1-200
+done
 exit 0

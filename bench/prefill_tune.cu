@@ -7,7 +7,8 @@
 //   done nvcc $F -c bench/prefill_tune.cu -o main.o; nvcc $F -c src/cuda/common/device.cu -o
 //   device.o nvcc -gencode=arch=compute_90a,code=sm_90a main.o v?.o device.o -o
 //   .devbuild/tune/prefill_tune
-// bench/device.sh runs it when carried (APPLY_TUNE=1 applies the winners).
+// Run it on the GPU machine (carry .devbuild/tune) and copy the winners into
+// config.h with their numbers.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -16,10 +16,12 @@ or fsdpa.InternalError (RuntimeErrors), all subclasses of fsdpa.Error.
 
 from ._api import (
     PlanInfo,
+    Prepared,
     attention,
     backend_built,
     library_path,
     plan,
+    prepare,
     support_matrix,
     version,
 )
@@ -39,11 +41,13 @@ __all__ = [
     "InvalidArgument",
     "LibraryNotFound",
     "PlanInfo",
+    "Prepared",
     "Unsupported",
     "attention",
     "backend_built",
     "library_path",
     "plan",
+    "prepare",
     "support_matrix",
     "version",
 ]

@@ -148,23 +148,10 @@ class PlanInfo:
         return self.explain
 
 
-def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
-         mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
-    """The plan attention() would run with the same arguments, as a PlanInfo.
-    Nothing is computed (out is allocated when not given, to plan for its
-    layout)."""
-    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
-    call = _Call(q, k, v, mask, sinks, out, return_lse)
-    lib = _capi.library()
-    handle = ctypes.c_void_p()
-    _capi.check(lib.fsdpa_plan_create(ctypes.byref(call.struct), ctypes.byref(options),
-                                      ctypes.byref(handle)))
-    try:
-        info = _capi.PlanInfo()
-        _capi.check(lib.fsdpa_plan_get_info(handle, ctypes.byref(info)))
-        explanation = lib.fsdpa_plan_explain(handle).decode("utf-8", "replace")
-    finally:
-        lib.fsdpa_plan_destroy(handle)
+def _plan_info(lib, handle):
+    info = _capi.PlanInfo()
+    _capi.check(lib.fsdpa_plan_get_info(handle, ctypes.byref(info)))
+    explanation = lib.fsdpa_plan_explain(handle).decode("utf-8", "replace")
     return PlanInfo(
         backend=_capi.BACKEND_NAMES.get(info.backend, str(info.backend)),
         path=_capi.PATH_NAMES.get(info.path, str(info.path)),
@@ -194,6 +181,63 @@ def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", wind
         fallback_reason=info.fallback_reason.decode("utf-8", "replace"),
         explain=explanation,
     )
+
+
+def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
+         mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
+    """The plan attention() would run with the same arguments, as a PlanInfo.
+    Nothing is computed (out is allocated when not given, to plan for its
+    layout)."""
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    call = _Call(q, k, v, mask, sinks, out, return_lse)
+    lib = _capi.library()
+    handle = ctypes.c_void_p()
+    _capi.check(lib.fsdpa_plan_create(ctypes.byref(call.struct), ctypes.byref(options),
+                                      ctypes.byref(handle)))
+    try:
+        return _plan_info(lib, handle)
+    finally:
+        lib.fsdpa_plan_destroy(handle)
+
+
+class Prepared:
+    """One planned call, run many times: plan and workspace are made once, and
+    each call of the object only launches (fsdpa_run), on torch's current
+    stream for CUDA tensors, so it can be timed or captured in a CUDA graph.
+    The arrays given to prepare() are the ones every run reads and writes."""
+
+    def __init__(self, call, options):
+        self._lib = _capi.library()
+        self._call = call  # keeps every array the tensors point into alive
+        self._handle = ctypes.c_void_p()
+        _capi.check(self._lib.fsdpa_plan_create(ctypes.byref(call.struct),
+                                                ctypes.byref(options),
+                                                ctypes.byref(self._handle)))
+        self.info = _plan_info(self._lib, self._handle)
+        self._workspace = _arrays.empty_bytes_like_kind(call.q.array,
+                                                        max(1, self.info.workspace_bytes))
+        self._workspace_pointer = _arrays.data_pointer(self._workspace)
+        self.out = call.out
+        self.lse = call.lse
+
+    def __call__(self):
+        stream = _arrays.current_stream(self._call.q)
+        _capi.check(self._lib.fsdpa_run(self._handle, ctypes.byref(self._call.struct),
+                                        ctypes.c_void_p(self._workspace_pointer),
+                                        ctypes.c_size_t(self.info.workspace_bytes), stream))
+        return (self.out, self.lse) if self.lse is not None else self.out
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle:
+            self._lib.fsdpa_plan_destroy(handle)
+
+
+def prepare(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
+            mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
+    """Plans once and returns a Prepared call (same arguments as attention())."""
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    return Prepared(_Call(q, k, v, mask, sinks, out, return_lse), options)
 
 
 def support_matrix():

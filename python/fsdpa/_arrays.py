@@ -137,6 +137,21 @@ def empty_like_kind(like, shape, float32=False):
     return numpy.empty(shape, dtype=dtype)
 
 
+def empty_bytes_like_kind(like, count):
+    """`count` uninitialized bytes from the library and device of `like`."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        return torch.empty(count, dtype=torch.uint8, device=like.device)
+    return sys.modules["numpy"].empty(count, dtype=sys.modules["numpy"].uint8)
+
+
+def data_pointer(array):
+    """The address of the first element of a numpy array or torch tensor."""
+    if is_torch(array):
+        return array.data_ptr()
+    return array.ctypes.data
+
+
 def current_stream(view_of_q):
     """The stream to launch on: torch's current stream for CUDA tensors, else
     None (the CPU takes no stream)."""
