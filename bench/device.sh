@@ -21,6 +21,13 @@ HEAD_DIMS=${FSDPA_HEAD_DIMS:-all}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+# Every step's time limit is cut to what is left of BUDGET_S (the call's own
+# limit, minus a margin for packing the results).
+DEADLINE=$(($(date +%s) + ${BUDGET_S:-540} - 15))
+limit() {
+  local left=$((DEADLINE - $(date +%s)))
+  [ "$left" -lt "$1" ] && echo $((left > 1 ? left : 1)) || echo "$1"
+}
 
 export PATH=/usr/local/cuda/bin:$PATH
 # cuBLAS comes from the torch wheel on the GPU machine.
@@ -59,42 +66,23 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   t0=$(date +%s)
   pids=()
   for i in $(seq 0 11); do
-    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout 300 $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
+    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit 300) $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
       >"$OUT/prefill_shard_$i.txt" 2>&1 &
     pids+=($!)
   done
-  timeout 300 $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
+  timeout $(limit 300) $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
   pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
   # Decode runs alone: its big-Lk cases time the GPU memory system.
-  timeout 300 $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
+  timeout $(limit 300) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
   grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -40 | tee -a "$SUMMARY"
-  (cd $BUILD && timeout 120 ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
+  (cd $BUILD && timeout $(limit 120) ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
   say "cli gpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cli_gpu.log")"
 
-  t0=$(date +%s)
-  small='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillSemantics*D128x128*boolEmpty_fused:*PrefillAwkward*L37x1_*_fused:*PrefillAwkward*D72x72_f16*'
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
-    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
-  say "memcheck prefill: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  timeout 45 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_unfused \
-    --gtest_filter='*boolEmpty*:*L97x0*:*interleaved*' --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "memcheck unfused: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  decode_small='Decode.SplitsForced:Decode.FullyMaskedRowsAndSinks:Decode.EmptyKeys'
-  timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
-    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
-    --gtest_filter='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D64x64_f32*' \
-    --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
-    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($(($(date +%s) - t0)) s sanitizers)"
 fi
 
 # ------------------------------------------------------------------ bench
@@ -102,16 +90,40 @@ if [ "$STAGES" = all ] || [ "$STAGES" = bench ]; then
   mkdir -p "$OUT/bench"
   export FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1
   t0=$(date +%s)
-  timeout "${BENCH_TIMEOUT:-240}" python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} \
+  timeout "$(limit ${BENCH_TIMEOUT:-240})" python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} \
     >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
   t0=$(date +%s)
-  timeout "${DECODE_BENCH_TIMEOUT:-150}" python3 -X faulthandler bench/decode_bench.py \
+  timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
     --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" >"$OUT/bench-decode.log" 2>&1
   say "decode bench: rc=$? $(($(date +%s) - t0)) s"
-  timeout 120 $BUILD/bin/fsdpa --json "$OUT/bench/fsdpa-default.json" >"$OUT/bench/fsdpa-default.txt" 2>"$OUT/fsdpa-default.err"
+  timeout $(limit 120) $BUILD/bin/fsdpa --json "$OUT/bench/fsdpa-default.json" >"$OUT/bench/fsdpa-default.txt" 2>"$OUT/fsdpa-default.err"
   say "fsdpa default run: rc=$? $(tail -1 "$OUT/bench/fsdpa-default.txt")"
 fi
+# ------------------------------------------------------------------ sanitizers
+# Last, so that a call running out of time loses these rather than the numbers.
+if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
+  t0=$(date +%s)
+  small='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillSemantics*D128x128*boolEmpty_fused:*PrefillAwkward*L37x1_*_fused:*PrefillAwkward*D72x72_f16*'
+  timeout $(limit 90) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
+    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
+  say "memcheck prefill: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit 45) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_unfused \
+    --gtest_filter='*boolEmpty*:*L97x0*:*interleaved*' --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "memcheck unfused: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  decode_small='Decode.SplitsForced:Decode.FullyMaskedRowsAndSinks:Decode.EmptyKeys'
+  timeout $(limit 90) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit 60) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
+    --gtest_filter='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D64x64_f32*' \
+    --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit 90) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($(($(date +%s) - t0)) s sanitizers)"
+fi
+
 tar czf "$FINAL_OUT/results.tgz" -C "$OUT" .
 cp "$SUMMARY" "$FINAL_OUT/summary.txt"
 echo "=================== summary"
