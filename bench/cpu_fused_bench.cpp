@@ -399,7 +399,7 @@ int main(int argc, char** argv) {
        << "Produced by `bench/cpu_fused_bench.cpp`. f32, BHSD, not causal; FLOPs = "
           "2*B*H*Lq*Lk*(Dqk+Dv); time is the median of "
        << reps << " runs after one warm-up.\n\n"
-       << "- Command (repo root, build dir /tmp/build-cpu): `"
+       << "- Command (from the repository root): `"
        << (env_core || env_l2 ? "" : "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ") << command
        << "`\n"
        << "- Machine: " << model << ", " << cores << " cores\n"
