@@ -97,6 +97,7 @@ if [ "$STAGES" = all ] || [ "$STAGES" = bench ]; then
   timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
     --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" >"$OUT/bench-decode.log" 2>&1
   say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+  $BUILD/bin/fsdpa plan --matrix >"$OUT/bench/support-matrix.md" 2>&1
   timeout $(limit 120) $BUILD/bin/fsdpa --json "$OUT/bench/fsdpa-default.json" >"$OUT/bench/fsdpa-default.txt" 2>"$OUT/fsdpa-default.err"
   say "fsdpa default run: rc=$? $(tail -1 "$OUT/bench/fsdpa-default.txt")"
 fi
