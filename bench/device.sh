@@ -55,7 +55,7 @@ t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
   -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode >>"$OUT/build.log" 2>&1 ||
+ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
@@ -75,6 +75,7 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   for p in "${pids[@]}"; do wait "$p"; done
   # Decode runs alone: its big-Lk cases time the GPU memory system.
   timeout $(limit 300) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
+  timeout $(limit 120) $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"

@@ -79,6 +79,7 @@ struct Outcome {
   double lse_error = 0;         // max |lse - ref| / (1 + |ref|), -inf must match exactly
   int64_t unwritten = 0;        // output elements still poisoned (or NaN)
   int64_t padding_touched = 0;  // padding bytes of out that changed
+  std::vector<double> out;      // the output [B, Hq, Lq, Dv] as computed, for cross-checks
 };
 
 inline void cuda_ok(cudaError_t status, const char* what) {
@@ -285,6 +286,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
 
   const detail::cpu::ReferenceResult ref = detail::cpu::reference_attention(host, options);
   double diff2 = 0, ref2 = 0;
+  outcome.out.reserve(ref.out.size());
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t h = 0; h < c.heads_q; ++h)
       for (int64_t i = 0; i < c.len_q; ++i) {
@@ -297,6 +299,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
             continue;
           }
           const double got = detail::load_as_float(out.host.data(), c.dtype, offset);
+          outcome.out.push_back(got);
           const double want =
               ref.out[static_cast<size_t>(((b * c.heads_q + h) * c.len_q + i) * c.head_dim_v + d)];
           if (!std::isfinite(got)) {
