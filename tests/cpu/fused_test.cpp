@@ -18,6 +18,7 @@
 
 #include "attention_case.h"
 #include "cpu/cpu.h"
+#include "env_guard.h"
 
 namespace fsdpa::test {
 namespace {
@@ -438,9 +439,7 @@ TEST(FusedGrid, CoversEveryAxisValue) {
 class FusedThreads : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FusedThreads, MatchesReference) {
-  const char* previous = std::getenv("FSDPA_NUM_THREADS");
-  const std::string saved = previous ? previous : "";
-  setenv("FSDPA_NUM_THREADS", GetParam(), 1);
+  const EnvGuard threads("FSDPA_NUM_THREADS", GetParam());
   for (int k = 0; k < 2; ++k) {
     AttentionCase c;
     c.dtype = k ? DType::F32 : DType::BF16;
@@ -460,10 +459,6 @@ TEST_P(FusedThreads, MatchesReference) {
         check_output(d, detail::cpu::reference_attention(d.tensors, d.options), CheckMode::Fused);
     EXPECT_TRUE(r.ok) << c.name() << " FSDPA_NUM_THREADS=" << GetParam() << "\n" << r.report;
   }
-  if (previous)
-    setenv("FSDPA_NUM_THREADS", saved.c_str(), 1);
-  else
-    unsetenv("FSDPA_NUM_THREADS");
 }
 
 INSTANTIATE_TEST_SUITE_P(Counts, FusedThreads, ::testing::Values("1", "3", "16"),

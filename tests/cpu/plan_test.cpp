@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attention_case.h"
+#include "env_guard.h"
 #include "select/table.h"
 
 namespace fsdpa::test {
@@ -18,29 +19,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) saved_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvGuard() {
-    if (saved_)
-      setenv(name_, saved_->c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
 
 Problem cpu_problem(int64_t len_q, int64_t len_k, int64_t dqk = 128, int64_t dv = 128) {
   Problem p;
