@@ -8,6 +8,11 @@ fraction of the device-copy ceiling measured in the same run, workspace
 bytes, and the error against a float64 reference.
 
   FSDPA_LIBRARY=build/libfsdpa.so python3 bench/decode_bench.py --out results.json
+
+For quick A/B runs of the decode kernels: --rows 0,3,8 times only those rows
+(indices into ROWS), --fsdpa-only skips torch's backends, --unfused also times
+fsdpa's unfused (cuBLAS) path, --profile splits the fused time per kernel
+(split, combine) with torch.profiler.
 """
 import argparse
 import json
@@ -70,10 +75,30 @@ ROWS = [  # (name, B, Hq, Hkv, Lk, Dqk, Dv, v aliases k)
     *[("long", 1, 32, 8, 131072, dq, dv, False) for dq, dv in
       [(64, 64), (128, 128), (256, 256), (288, 288), (512, 512), (96, 64)]],
     ("mla", 1, 128, 1, 32768, 576, 512, True),
+    ("mha", 1, 32, 32, 32768, 128, 128, False),  # one row per kv head
 ]
 
 
-def bench_row(row, ceiling, l2_bytes):
+def kernel_times_us(fn, calls=20):
+    """Device time per call of each kernel fn launches (torch.profiler, CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None)
+        if t is None:
+            t = getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            times[e.key[:60]] = t / calls
+    return times
+
+
+def bench_row(row, ceiling, l2_bytes, args):
     name, B, Hq, Hkv, Lk, dq, dv, alias = row
     unique = B * Hkv * Lk * (dq if alias else dq + dv) * 2
     sets = min(4, max(1, math.ceil(3 * l2_bytes / unique)))
@@ -107,6 +132,17 @@ def bench_row(row, ceiling, l2_bytes):
                        "tflop_s": flops / ms / 1e9, "workspace_bytes": int(info.workspace_bytes),
                        "splits": int(info.num_kv_splits), "bucket": f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}",
                        "err": rel_err(inputs[0][3], ref)}
+    if args.profile:
+        try:
+            result["fsdpa"]["kernels_us"] = kernel_times_us(fused)
+        except Exception as e:  # no CUPTI: the timing above still stands
+            result["fsdpa"]["kernels_us"] = {"error": str(e).splitlines()[0][:120]}
+    if args.unfused:
+        slow = [fsdpa.prepare(q, k, v, out=out, policy="unfused") for q, k, v, out in inputs]
+        t = median_ms(lambda i=[0]: (slow[i[0] % sets](), i.__setitem__(0, i[0] + 1)))
+        result["unfused"] = {"ms": t, "tb_s": unique / t / 1e9}
+    if args.fsdpa_only:
+        return result
 
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                            ("math", SDPBackend.MATH)):
@@ -135,20 +171,30 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="h200-decode.json")
     ap.add_argument("--md", default="h200-decode.md")
+    ap.add_argument("--rows", default="", help="comma-separated indices into ROWS (default: all)")
+    ap.add_argument("--fsdpa-only", action="store_true", help="skip torch's backends")
+    ap.add_argument("--unfused", action="store_true", help="also time fsdpa's unfused path")
+    ap.add_argument("--profile", action="store_true", help="per-kernel device time (torch.profiler)")
     args = ap.parse_args()
+    rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else ROWS
     props = torch.cuda.get_device_properties(0)
     ceiling = copy_ceiling_tbs()
     l2 = getattr(props, "L2_cache_size", 50 * 1024**2)
     results = []
-    for row in ROWS:
+    for row in rows:
         print("row", row, file=sys.stderr, flush=True)
         try:
-            results.append(bench_row(row, ceiling, l2))
+            results.append(bench_row(row, ceiling, l2, args))
         except Exception as e:
             results.append({"name": row[0], "row": row, "error": str(e)})
             print("row failed", row, e, file=sys.stderr)
         torch.cuda.empty_cache()
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # survives a crash
+        f_ = results[-1].get("fsdpa")
+        if f_:
+            print(f"{row}: {f_['tb_s']:.2f} TB/s {f_['ceiling_fraction']*100:.0f}% "
+                  f"{f_['ms']*1e3:.1f} us splits {f_['splits']} {f_.get('kernels_us', '')}"
+                  f" {results[-1].get('unfused', '')}", flush=True)
     doc = {"gpu": props.name, "torch": torch.__version__, "copy_ceiling_tb_s": ceiling,
            "command": " ".join(sys.argv), "rows": results}
     with open(args.out, "w") as f:

@@ -177,8 +177,9 @@ void decode_configure(const Problem& p, Plan& plan) {
       int current = 0;
       FSDPA_CUDA_CHECK(cudaGetDevice(&current));
       if (current == p.device.index)
-        blocks_per_sm = std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
-                                        .blocks_per_sm(p.v_aliases_k));
+        blocks_per_sm =
+            std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
+                            .blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
     }
     // One full wave: every block of the grid resident at once.
     const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);

@@ -32,6 +32,9 @@ struct DecodeTileConfig {
 // 4 warps x 2-3 blocks per SM put 70-110 KB in flight per SM, above the
 // ~32 KB that 4.1 TB/s x ~1 us of latency / 132 SMs needs.
 inline constexpr int kDecodeStageBytesPerWarp = 9216;
+// A warp stages at most one key per lane. 32 (not 16) lets D=64 bf16 carry
+// 32 keys per step, halving the per-step softmax work (shuffles, exp2) per key.
+inline constexpr int kDecodeMaxKeysPerWarp = 32;
 // Accumulator floats per lane per query row are (Dv / vector) / lanes x vector;
 // 64 accumulator registers per lane leave room for the rest below 128.
 inline constexpr int kDecodeAccumulatorsPerLane = 64;
@@ -68,12 +71,23 @@ constexpr DecodeTileConfig decode_tile_config(int elem_bytes, int dqk, int dv) {
   const int key_bytes =
       (decode_row_elems(elem_bytes, dqk) + decode_row_elems(elem_bytes, dv)) * elem_bytes;
   int keys = decode_pow2_floor(kDecodeStageBytesPerWarp / key_bytes);
-  keys = keys < 4 ? 4 : (keys > 16 ? 16 : keys);
+  keys = keys < 4 ? 4 : (keys > kDecodeMaxKeysPerWarp ? kDecodeMaxKeysPerWarp : keys);
   const int per_row =
       decode_value_chunks_per_lane(elem_bytes, dv) * decode_vector_elems(elem_bytes);
   int rows = kDecodeAccumulatorsPerLane / per_row;
   rows = rows < 1 ? 1 : (rows > 8 ? 8 : rows);
   return {keys, rows, 4, 2};
+}
+
+// The split kernel is compiled for 1, 2 and 4 packed rows besides the bucket's
+// maximum, and a launch runs the smallest that holds the kv group's rows: MHA
+// (1 row) and GQA 4 (4 rows) then skip the FMAs and shared loads of the
+// unused rows (with 8 rows compiled, GQA 4 spent half of its Q.K and P.V work
+// on zero rows, MHA seven eighths).
+constexpr int decode_kernel_rows(int max_rows, int rows) {
+  int r = 1;
+  while (r < rows && r < max_rows) r *= 2;
+  return r < max_rows ? r : max_rows;
 }
 
 // Dynamic shared memory of the split kernel: q (f32), per-warp probabilities,
@@ -98,7 +112,11 @@ constexpr DecodeSmemLayout decode_smem_layout(int elem_bytes, int dqk, int dv, b
   return l;
 }
 
+static_assert(decode_tile_config(2, 64, 64).keys_per_warp == 32);
 static_assert(decode_tile_config(2, 128, 128).keys_per_warp == 16);
+static_assert(decode_kernel_rows(8, 1) == 1 && decode_kernel_rows(8, 3) == 4);
+static_assert(decode_kernel_rows(8, 4) == 4 && decode_kernel_rows(8, 32) == 8);
+static_assert(decode_kernel_rows(5, 5) == 5 && decode_kernel_rows(5, 3) == 4);
 static_assert(decode_tile_config(2, 576, 512).keys_per_warp == 4);
 static_assert(decode_tile_config(2, 128, 128).rows == 8);
 static_assert(decode_tile_config(2, 512, 512).rows == 4);

@@ -140,12 +140,14 @@ __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_of
 
 // ------------------------------------------------------------ the split kernel
 
-template <typename T, int DQK, int DV>
+// ROWS: the packed query rows this instance computes (decode_kernel_rows);
+// at most the bucket's config.rows, whose shared-memory layout every ROWS uses.
+template <typename T, int DQK, int DV, int ROWS>
 struct Tile {
   static constexpr DecodeTileConfig config = decode_tile_config(sizeof(T), DQK, DV);
   static constexpr int kVec = decode_vector_elems(sizeof(T));
   static constexpr int kKeys = config.keys_per_warp;
-  static constexpr int kRows = config.rows;
+  static constexpr int kRows = ROWS;
   static constexpr int kWarps = config.warps;
   static constexpr int kStages = config.stages;
   static constexpr int kThreads = kWarps * 32;
@@ -167,13 +169,14 @@ struct Tile {
 
   static_assert(DQK % 16 == 0 && DV % 16 == 0, "buckets are multiples of the 16-element mma step");
   static_assert(32 % kKeys == 0 && kKeyGroups <= kKeys && kKeys % kKeyGroups == 0);
-  static_assert(kRows >= 1 && kStages >= 2);
+  static_assert(kRows >= 1 && kRows <= config.rows && kStages >= 2);
 };
 
-template <typename T, int DQK, int DV>
-__global__ void __launch_bounds__(Tile<T, DQK, DV>::kThreads, Tile<T, DQK, DV>::kMinBlocks)
+template <typename T, int DQK, int DV, int ROWS>
+__global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
+                                  Tile<T, DQK, DV, ROWS>::kMinBlocks)
     decode_split_kernel(const DecodeParams p) {
-  using C = Tile<T, DQK, DV>;
+  using C = Tile<T, DQK, DV, ROWS>;
   constexpr int kVec = C::kVec, kKeys = C::kKeys, kRows = C::kRows, kWarps = C::kWarps,
                 kStages = C::kStages;
   constexpr DecodeSmemLayout kLayoutFull = decode_smem_layout(sizeof(T), DQK, DV, false);
@@ -456,10 +459,27 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV>::kThreads, Tile<T, DQK, DV>::
   }
 }
 
-template <typename T, int DQK, int DV>
-void launch_split(const DecodeParams& p, cudaStream_t stream) {
-  using C = Tile<T, DQK, DV>;
-  const auto kernel = decode_split_kernel<T, DQK, DV>;
+// Calls f.template operator()<R>() with R = decode_kernel_rows(max, rows): the
+// compiled row counts are 1, 2, 4 and the bucket's maximum.
+template <typename T, int DQK, int DV, typename F>
+decltype(auto) with_kernel_rows(int rows, F&& f) {
+  constexpr int kMax = decode_tile_config(sizeof(T), DQK, DV).rows;
+  const int kernel_rows = decode_kernel_rows(kMax, rows);
+  if (kernel_rows == kMax) return f.template operator()<kMax>();
+  if constexpr (kMax > 1)
+    if (kernel_rows == 1) return f.template operator()<1>();
+  if constexpr (kMax > 2)
+    if (kernel_rows == 2) return f.template operator()<2>();
+  if constexpr (kMax > 4)
+    if (kernel_rows == 4) return f.template operator()<4>();
+  check(cudaErrorInvalidValue, "decode_split_kernel: no instance for this row count");
+  return f.template operator()<kMax>();  // not reached: check() raised
+}
+
+template <typename T, int DQK, int DV, int ROWS>
+void launch_split_rows(const DecodeParams& p, cudaStream_t stream) {
+  using C = Tile<T, DQK, DV, ROWS>;
+  const auto kernel = decode_split_kernel<T, DQK, DV, ROWS>;
   const size_t smem = decode_smem_layout(sizeof(T), DQK, DV, p.v_aliases_k != 0).total;
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
   prepare_launch(reinterpret_cast<const void*>(kernel), C::kThreads, smem, "decode_split_kernel");
@@ -469,15 +489,27 @@ void launch_split(const DecodeParams& p, cudaStream_t stream) {
 }
 
 template <typename T, int DQK, int DV>
-int blocks_per_sm(bool v_aliases_k) {
-  using C = Tile<T, DQK, DV>;
-  const auto kernel = decode_split_kernel<T, DQK, DV>;
+void launch_split(const DecodeParams& p, cudaStream_t stream) {
+  with_kernel_rows<T, DQK, DV>(p.rows_per_kv_head,
+                               [&]<int R>() { launch_split_rows<T, DQK, DV, R>(p, stream); });
+}
+
+template <typename T, int DQK, int DV, int ROWS>
+int blocks_per_sm_rows(bool v_aliases_k) {
+  using C = Tile<T, DQK, DV, ROWS>;
+  const auto kernel = decode_split_kernel<T, DQK, DV, ROWS>;
   const size_t smem = decode_smem_layout(sizeof(T), DQK, DV, v_aliases_k).total;
   prepare_launch(reinterpret_cast<const void*>(kernel), C::kThreads, smem, "decode_split_kernel");
   int blocks = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::kThreads, smem),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return blocks;
+}
+
+template <typename T, int DQK, int DV>
+int blocks_per_sm(int rows_per_kv_head, bool v_aliases_k) {
+  return with_kernel_rows<T, DQK, DV>(
+      rows_per_kv_head, [&]<int R>() { return blocks_per_sm_rows<T, DQK, DV, R>(v_aliases_k); });
 }
 
 }  // namespace decode_kernel

@@ -11,8 +11,9 @@ namespace fsdpa::detail::cuda {
 struct DecodeBucketFns {
   // The split kernel (and the combine kernel when num_splits > 1).
   void (*launch)(const DecodeParams& params, cudaStream_t stream) = nullptr;
-  // Resident blocks per multiprocessor of the split kernel on the current device.
-  int (*blocks_per_sm)(bool v_aliases_k) = nullptr;
+  // Resident blocks per multiprocessor of the split kernel that serves this
+  // many packed rows per kv head, on the current device.
+  int (*blocks_per_sm)(int rows_per_kv_head, bool v_aliases_k) = nullptr;
 };
 
 template <typename T, int DQK, int DV>
