@@ -83,6 +83,10 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -40 | tee -a "$SUMMARY"
   (cd $BUILD && timeout $(limit 120) ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
   say "cli gpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cli_gpu.log")"
+  # The Python wrapper on CUDA torch tensors, with the machine's torch python.
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 120) \
+    python3 -m pytest -q -p no:cacheprovider tests/python/gpu >"$OUT/python_gpu.log" 2>&1
+  say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
 
 fi
 

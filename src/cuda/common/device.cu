@@ -1,8 +1,10 @@
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/common/check.cuh"
@@ -17,29 +19,59 @@ void check(cudaError_t status, const char* call) {
                     " (" + cudaGetErrorString(status) + ")");
 }
 
+namespace {
+
+// What prepare_launch learned about one kernel on one device: read once
+// (cudaFuncGetAttributes), so later launches make no CUDA call for it.
+struct KernelLimits {
+  int max_threads = 0;
+  int registers = 0;
+  size_t static_shared = 0;
+  size_t dynamic_shared_allowed = 0;  // the kernel's current dynamic limit
+};
+
+}  // namespace
+
 void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
                     const char* kernel_name) {
-  cudaFuncAttributes attributes{};
-  check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
-  if (threads_per_block > attributes.maxThreadsPerBlock)
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, KernelLimits> known;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [entry, first_launch] = known.try_emplace({kernel, device});
+  KernelLimits& limits = entry->second;
+  if (first_launch) {
+    cudaFuncAttributes attributes{};
+    try {
+      check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+    } catch (...) {
+      known.erase(entry);
+      throw;
+    }
+    limits.max_threads = attributes.maxThreadsPerBlock;
+    limits.registers = attributes.numRegs;
+    limits.static_shared = attributes.sharedSizeBytes;
+    limits.dynamic_shared_allowed = static_cast<size_t>(attributes.maxDynamicSharedSizeBytes);
+  }
+  if (threads_per_block > limits.max_threads)
     throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " launches " +
                       std::to_string(threads_per_block) +
                       " threads per block but was compiled for at most " +
-                      std::to_string(attributes.maxThreadsPerBlock) +
-                      " (registers: " + std::to_string(attributes.numRegs) + " per thread)");
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
+                      std::to_string(limits.max_threads) +
+                      " (registers: " + std::to_string(limits.registers) + " per thread)");
+  if (dynamic_shared_bytes <= limits.dynamic_shared_allowed) return;
   const DeviceInfo& info = device_info(device);
-  const size_t total_shared = attributes.sharedSizeBytes + dynamic_shared_bytes;
+  const size_t total_shared = limits.static_shared + dynamic_shared_bytes;
   if (total_shared > info.shared_memory_per_block_optin)
     throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " needs " +
                       std::to_string(total_shared) + " bytes of shared memory per block, device " +
                       std::to_string(device) + " allows " +
                       std::to_string(info.shared_memory_per_block_optin));
-  if (dynamic_shared_bytes > static_cast<size_t>(attributes.maxDynamicSharedSizeBytes))
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(dynamic_shared_bytes)),
-          "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(dynamic_shared_bytes)),
+        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  limits.dynamic_shared_allowed = dynamic_shared_bytes;
 }
 
 int device_count() {
@@ -55,6 +87,8 @@ const DeviceInfo& device_info(int index) {
   static std::mutex mutex;
   static std::vector<std::unique_ptr<DeviceInfo>> cache;
   std::lock_guard<std::mutex> lock(mutex);
+  if (index >= 0 && static_cast<size_t>(index) < cache.size() && cache[static_cast<size_t>(index)])
+    return *cache[static_cast<size_t>(index)];
   if (index < 0 || index >= device_count())
     throw DeviceError("fsdpa: CUDA device " + std::to_string(index) + " does not exist (" +
                       std::to_string(device_count()) + " devices)");
