@@ -321,10 +321,15 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
                         std::to_string(t.out.strides[3]));
   }
 
-  int device = 0;
-  FSDPA_CUDA_CHECK(cudaGetDevice(&device));
+  // cuBLAS state and the per-matrix pointer arrays, when a GEMM runs.
+  cublasHandle_t handle = nullptr;
+  PointerArrays arrays{};
+  cudaDataType_t type = cuda_type(p.dtype);
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  const float alpha_scores = static_cast<float>(plan.scale), one = 1.0f, zero = 0.0f;
   if (scores_gemm || output_gemm) {
-    PointerArrays arrays;
+    int device = 0;
+    FSDPA_CUDA_CHECK(cudaGetDevice(&device));
     auto** slots = reinterpret_cast<void**>(base + layout.pointers);
     arrays.q = const_cast<const void**>(slots);
     arrays.k = const_cast<const void**>(slots + matrices);
@@ -356,69 +361,32 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
                                                                                       sources);
     FSDPA_CUDA_CHECK(cudaGetLastError());
 
-    cublasHandle_t handle = cublas_handle(device);
+    handle = cublas_handle(device);
     check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
     check_cublas(cublasSetWorkspace(handle, base + layout.cublas, kCublasWorkspaceBytes),
                  "cublasSetWorkspace");
-    const cublasComputeType_t compute = p.dtype == DType::F32 && plan.options.allow_tf32
-                                            ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                            : CUBLAS_COMPUTE_32F;
-    const cudaDataType_t type = cuda_type(p.dtype);
-    const float alpha_scores = static_cast<float>(plan.scale), one = 1.0f, zero = 0.0f;
-    if (scores_gemm) {
-      // Column-major view: S^T [Lk x Lq] = K [Lk x Dqk] * Q^T [Dqk x Lq].
-      check_cublas(
-          cublasGemmBatchedEx(handle, k_op.row_major ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              q_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, static_cast<int>(p.len_k),
-                              static_cast<int>(p.len_q), static_cast<int>(p.head_dim_qk),
-                              &alpha_scores, arrays.k, type, static_cast<int>(k_op.ld), arrays.q,
-                              type, static_cast<int>(q_op.ld), &zero, arrays.scores, CUDA_R_32F,
-                              static_cast<int>(p.len_k), static_cast<int>(matrices), compute,
-                              CUBLAS_GEMM_DEFAULT),
-          "cublasGemmBatchedEx(scores)");
-    } else if (p.len_k > 0) {
-      FSDPA_CUDA_CHECK(
-          cudaMemsetAsync(scores, 0, static_cast<size_t>(rows * p.len_k) * sizeof(float), stream));
-    }
-
-    SoftmaxParams softmax{};
-    softmax.scores = scores;
-    softmax.probabilities = probabilities;
-    softmax.heads_q = static_cast<int>(p.heads_q);
-    softmax.semantics = make_mask_semantics(p, plan.options, t);
-    if (t.lse) {
-      softmax.lse = static_cast<float*>(t.lse->data);
-      for (int d = 0; d < 3; ++d) softmax.lse_strides[d] = t.lse->strides[d];
-    }
-    switch (p.dtype) {
-      case DType::F16:
-        launch_softmax_and_zero<__half>(softmax, rows, p, t, false, stream);
-        break;
-      case DType::BF16:
-        launch_softmax_and_zero<__nv_bfloat16>(softmax, rows, p, t, false, stream);
-        break;
-      default:
-        launch_softmax_and_zero<float>(softmax, rows, p, t, false, stream);
-        break;
-    }
-    if (output_gemm) {
-      // Column-major view: O^T [Dv x Lq] = V^T [Dv x Lk] * P^T [Lk x Lq].
-      check_cublas(cublasGemmBatchedEx(handle, v_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-                                       CUBLAS_OP_N, static_cast<int>(p.head_dim_v),
-                                       static_cast<int>(p.len_q), static_cast<int>(p.len_k), &one,
-                                       arrays.v, type, static_cast<int>(v_op.ld),
-                                       arrays.probabilities, type, static_cast<int>(p.len_k), &zero,
-                                       arrays.out, type, static_cast<int>(out_op.ld),
-                                       static_cast<int>(matrices), compute, CUBLAS_GEMM_DEFAULT),
-                   "cublasGemmBatchedEx(output)");
-    }
-    return;
+    if (p.dtype == DType::F32 && plan.options.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
-  // No GEMM to run (Lk == 0 or Dqk == Dv == 0): scores are 0 (or there are
-  // none: every row is fully masked unless a sink gives it an LSE); out is 0.
-  if (p.len_k > 0)
+
+  if (scores_gemm) {
+    // Column-major view: S^T [Lk x Lq] = K [Lk x Dqk] * Q^T [Dqk x Lq].
+    check_cublas(
+        cublasGemmBatchedEx(handle, k_op.row_major ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            q_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, static_cast<int>(p.len_k),
+                            static_cast<int>(p.len_q), static_cast<int>(p.head_dim_qk),
+                            &alpha_scores, arrays.k, type, static_cast<int>(k_op.ld), arrays.q,
+                            type, static_cast<int>(q_op.ld), &zero, arrays.scores, CUDA_R_32F,
+                            static_cast<int>(p.len_k), static_cast<int>(matrices), compute,
+                            CUBLAS_GEMM_DEFAULT),
+        "cublasGemmBatchedEx(scores)");
+  } else if (p.len_k > 0) {
+    // No q.k to compute (Dqk == 0): every visible score is 0.
     FSDPA_CUDA_CHECK(
         cudaMemsetAsync(scores, 0, static_cast<size_t>(rows * p.len_k) * sizeof(float), stream));
+  }
+
+  // Without the second GEMM (Lk == 0 or Dv == 0) nothing writes out: the
+  // softmax launch zeroes it.
   SoftmaxParams softmax{};
   softmax.scores = scores;
   softmax.probabilities = probabilities;
@@ -430,14 +398,28 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
   }
   switch (p.dtype) {
     case DType::F16:
-      launch_softmax_and_zero<__half>(softmax, rows, p, t, true, stream);
+      launch_softmax_and_zero<__half>(softmax, rows, p, t, !output_gemm, stream);
       break;
     case DType::BF16:
-      launch_softmax_and_zero<__nv_bfloat16>(softmax, rows, p, t, true, stream);
+      launch_softmax_and_zero<__nv_bfloat16>(softmax, rows, p, t, !output_gemm, stream);
+      break;
+    case DType::F32:
+      launch_softmax_and_zero<float>(softmax, rows, p, t, !output_gemm, stream);
       break;
     default:
-      launch_softmax_and_zero<float>(softmax, rows, p, t, true, stream);
-      break;
+      throw Error(std::string("fsdpa: internal: unfused softmax for dtype ") + to_string(p.dtype));
+  }
+
+  if (output_gemm) {
+    // Column-major view: O^T [Dv x Lq] = V^T [Dv x Lk] * P^T [Lk x Lq].
+    check_cublas(cublasGemmBatchedEx(handle, v_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
+                                     CUBLAS_OP_N, static_cast<int>(p.head_dim_v),
+                                     static_cast<int>(p.len_q), static_cast<int>(p.len_k), &one,
+                                     arrays.v, type, static_cast<int>(v_op.ld),
+                                     arrays.probabilities, type, static_cast<int>(p.len_k), &zero,
+                                     arrays.out, type, static_cast<int>(out_op.ld),
+                                     static_cast<int>(matrices), compute, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmBatchedEx(output)");
   }
 }
 
