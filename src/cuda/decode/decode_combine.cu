@@ -1,9 +1,15 @@
 // The combine kernel: merges the key splits' unnormalized partial outputs
 // with their (max, sum) pairs into out and lse, adding the sink to the
-// denominator. One block per output row; the per-split weights are computed
-// once into shared memory, then the threads sweep the row's columns.
+// denominator. One block per output row. The (max, sum) pairs are read once
+// and merged online (one block reduction); the per-split maxima stay in
+// shared memory. The threads then split into column groups (float4 where Dv
+// and the workspace allow) times split subsets, so a row's splits are read
+// in parallel, a batch of loads in flight per lane; a shared-memory sum over
+// the subsets gives the row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
 
 #include "cuda/common/check.cuh"
 #include "cuda/decode/decode_config.h"
@@ -13,7 +19,21 @@ namespace fsdpa::detail::cuda {
 
 namespace {
 
-constexpr int kCombineThreads = 128;
+// 256 threads: Dv=128 as 32 float4 groups x 8 split subsets, so 49 splits
+// take one batch of loads per lane (the old 128-thread kernel read a row's
+// splits serially per thread: 6.6-10.9 us at 33-49 splits).
+constexpr int kCombineThreads = 256;
+constexpr int kCombineWarps = kCombineThreads / 32;
+// Two blocks per SM allow 128 registers: at the default target (64) the
+// float4 batch below spilled 8 bytes.
+constexpr int kCombineMinBlocks = 2;
+// Loads a lane issues before its FMAs: one batch covers 8 x 8 = 64 splits at Dv=128.
+constexpr int kCombineBatch = 8;
+// Per-subset column sums: subsets x groups <= threads, 4 floats a group; the
+// scalar path with one subset stores Dv floats.
+constexpr int kCombineSumFloats = kCombineThreads * 4;
+static_assert(kCombineSumFloats >= kDecodeMaxHeadDimV);
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
@@ -33,26 +53,34 @@ __device__ __forceinline__ __nv_bfloat16 from_float(float x) {
   return __float2bfloat16_rn(x);
 }
 
-template <bool IsMax>
-__device__ float block_reduce(float x, float* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, x, offset);
-    x = IsMax ? fmaxf(x, other) : x + other;
-  }
-  __syncthreads();  // scratch may still be read from the previous reduction
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = x;
-  __syncthreads();
-  x = scratch[0];
-#pragma unroll
-  for (int w = 1; w < kCombineThreads / 32; ++w) x = IsMax ? fmaxf(x, scratch[w]) : x + scratch[w];
-  return x;
+// (max, sum) of exp2 terms relative to max; merging rescales both to the larger max.
+__device__ __forceinline__ float2 merge_max_sum(float2 a, float2 b) {
+  const float top = fmaxf(a.x, b.x);
+  if (top == minus_inf()) return make_float2(top, 0.f);
+  return make_float2(top, a.y * exp2f(a.x - top) + b.y * exp2f(b.x - top));
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const DecodeParams p) {
-  extern __shared__ float weight_s[];  // [num_splits]
-  __shared__ float scratch[kCombineThreads / 32];
+template <int Vec>
+__device__ __forceinline__ void load_partial(const float* at, float* v) {
+  if constexpr (Vec == 4) {
+    const float4 x = *reinterpret_cast<const float4*>(at);
+    v[0] = x.x;
+    v[1] = x.y;
+    v[2] = x.z;
+    v[3] = x.w;
+  } else {
+    v[0] = *at;
+  }
+}
+
+// Vec: floats per column group (4: Dv % 4 == 0 and a 16-byte aligned workspace; else 1).
+template <typename T, int Vec>
+__global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
+    decode_combine_kernel(const DecodeParams p) {
+  extern __shared__ float max_s[];  // [num_splits]
+  __shared__ float2 scratch[kCombineWarps];
+  __shared__ __align__(16) float sum_s[kCombineSumFloats];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t row = blockIdx.x;
   const int rows_total = p.batch * p.heads_q * p.len_q;
   const int i = int(row % p.len_q);
@@ -60,49 +88,97 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const D
   const int batch = int(row / (int64_t(p.len_q) * p.heads_q));
   const float2* stats = reinterpret_cast<const float2*>(p.partial_max_sum);
 
-  float top = minus_inf();
-  for (int s = threadIdx.x; s < p.num_splits; s += kCombineThreads)
-    top = fmaxf(top, stats[int64_t(s) * rows_total + row].x);
-  top = block_reduce<true>(top, scratch);
-  const float sink = p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf();
-  top = fmaxf(top, sink);
-  const float base = top == minus_inf() ? 0.f : top;
-
-  float sum = 0.f;
-  for (int s = threadIdx.x; s < p.num_splits; s += kCombineThreads) {
+  // ---- the row's (max, sum): one pass, merged online, then over the block
+  float2 total = make_float2(minus_inf(), 0.f);
+  for (int s = tid; s < p.num_splits; s += kCombineThreads) {
     const float2 ms = stats[int64_t(s) * rows_total + row];
-    const float weight = exp2f(ms.x - base);
-    weight_s[s] = weight;
-    sum += ms.y * weight;
+    max_s[s] = ms.x;
+    total = merge_max_sum(total, ms);
   }
-  sum = block_reduce<false>(sum, scratch) + exp2f(sink - base);  // also orders weight_s
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, total.x, offset),
+                                     __shfl_xor_sync(0xffffffffu, total.y, offset));
+    total = merge_max_sum(total, other);
+  }
+  if (lane == 0) scratch[warp] = total;
+  __syncthreads();  // also orders max_s
+  total = scratch[0];
+#pragma unroll
+  for (int w = 1; w < kCombineWarps; ++w) total = merge_max_sum(total, scratch[w]);
+  const float sink = p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf();
+  const float top = fmaxf(total.x, sink);
+  const float base = top == minus_inf() ? 0.f : top;
+  const float sum = total.y * exp2f(total.x - base) + exp2f(sink - base);
   const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+
+  // ---- weighted sum of the partial rows: column groups x split subsets
+  const int groups = (p.head_dim_v + Vec - 1) / Vec;
+  const int subsets = groups >= kCombineThreads ? 1 : kCombineThreads / groups;
+  const int64_t split_stride = int64_t(rows_total) * p.dv_ws;
+  const float* partial = p.partial_out + row * p.dv_ws;
+  for (int unit = tid; unit < groups * subsets; unit += kCombineThreads) {
+    const int g = unit % groups, j = unit / groups;
+    float acc[Vec];
+#pragma unroll
+    for (int e = 0; e < Vec; ++e) acc[e] = 0.f;
+    for (int s0 = j; s0 < p.num_splits; s0 += subsets * kCombineBatch) {
+      float v[kCombineBatch][Vec], w[kCombineBatch];
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b) {
+        const int s = s0 + b * subsets;
+        if (s < p.num_splits) {
+          load_partial<Vec>(partial + s * split_stride + g * Vec, v[b]);
+          w[b] = exp2f(max_s[s] - base);
+        } else {
+#pragma unroll
+          for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
+          w[b] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kCombineBatch; ++b)
+#pragma unroll
+        for (int e = 0; e < Vec; ++e) acc[e] += w[b] * v[b][e];
+    }
+#pragma unroll
+    for (int e = 0; e < Vec; ++e) sum_s[(j * groups + g) * Vec + e] = acc[e];
+  }
+  __syncthreads();
 
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
            i * p.out_strides.row;
-  for (int d = threadIdx.x; d < p.head_dim_v; d += kCombineThreads) {
+  for (int d = tid; d < p.head_dim_v; d += kCombineThreads) {
     float value = 0.f;
-    for (int s = 0; s < p.num_splits; ++s)
-      value += weight_s[s] * p.partial_out[(int64_t(s) * rows_total + row) * p.dv_ws + d];
+    for (int j = 0; j < subsets; ++j) value += sum_s[j * groups * Vec + d];
     out[d] = from_float<T>(value * inv_sum);
   }
-  if (threadIdx.x == 0 && p.lse != nullptr)
+  if (tid == 0 && p.lse != nullptr)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
         top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+}
+
+template <typename T, int Vec>
+void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
+  const auto kernel = decode_combine_kernel<T, Vec>;
+  const size_t smem = size_t(p.num_splits) * sizeof(float);
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
+  prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
+                 "decode_combine_kernel");
+  kernel<<<static_cast<unsigned>(rows), kCombineThreads, smem, stream>>>(p);
+  check(cudaGetLastError(), "decode_combine_kernel<<<>>>");
 }
 
 }  // namespace
 
 template <typename T>
 void launch_decode_combine(const DecodeParams& p, cudaStream_t stream) {
-  const auto kernel = decode_combine_kernel<T>;
-  // + 4 floats: the weight loop may be vectorized past the last split.
-  const size_t smem = (size_t(p.num_splits) + 4) * sizeof(float);
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
-  prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
-                 "decode_combine_kernel");
-  kernel<<<static_cast<unsigned>(rows), kCombineThreads, smem, stream>>>(p);
-  check(cudaGetLastError(), "decode_combine_kernel<<<>>>");
+  const bool vec4 = p.head_dim_v % 4 == 0 && p.dv_ws % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+  if (vec4)
+    launch_combine_vec<T, 4>(p, stream);
+  else
+    launch_combine_vec<T, 1>(p, stream);
 }
 
 template void launch_decode_combine<float>(const DecodeParams&, cudaStream_t);
