@@ -93,7 +93,7 @@ def view(name, array, *, writable=False, rank_at_least=0):
                     f"fsdpa: {name}: stride {stride} bytes of dim {d} is not a multiple of the "
                     f"element size {itemsize} bytes")
             strides.append(stride // itemsize)
-        struct.data = array.__array_interface__["data"][0] or None
+        struct.data = data_pointer(array) or None
         struct.dtype = code
         struct.device_type = _capi.DEVICE_CPU
         struct.device_index = 0
@@ -116,7 +116,7 @@ def view(name, array, *, writable=False, rank_at_least=0):
             raise InvalidArgument(
                 f"fsdpa: {name}: torch device {device} is not supported; use cpu or cuda")
         struct.device_index = index
-        struct.data = array.data_ptr() or None
+        struct.data = data_pointer(array) or None
         struct.dtype = code
         _fill(struct, array.shape, array.stride(), rank_at_least)
         return View(array, struct, (device.type, index))
@@ -149,7 +149,7 @@ def data_pointer(array):
     """The address of the first element of a numpy array or torch tensor."""
     if is_torch(array):
         return array.data_ptr()
-    return array.ctypes.data
+    return array.__array_interface__["data"][0]
 
 
 def current_stream(view_of_q):
