@@ -16,7 +16,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 
@@ -24,8 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)  # timing.py, also where the script's folder is not on the path (-P)
 import fsdpa  # noqa: E402
+import timing  # noqa: E402
 
 DEV = "cuda"
 PREFILL_DIMS = [(64, 64), (72, 72), (80, 80), (96, 96), (112, 112), (128, 128), (160, 160),
@@ -35,30 +37,15 @@ PREFILL_DIMS = [(64, 64), (72, 72), (80, 80), (96, 96), (112, 112), (128, 128), 
 FLEX_DIMS = {(96, 64, False), (192, 128, False)}
 
 
-def timed(fn, warmup=2, reps=10):
-    """Median milliseconds of `reps` CUDA-event-timed calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def ceilings():
     x = torch.empty(2 << 30, dtype=torch.uint8, device=DEV)
     y = torch.empty_like(x)
-    ms = timed(lambda: y.copy_(x), 2, 10)
+    ms = timing.eager_ms(lambda: y.copy_(x), iters=10, warmup=2)
     copy_tbs = 2 * x.numel() / (ms * 1e-3) / 1e12
     del x, y
     a = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEV)
     b = torch.randn(8192, 8192, dtype=torch.bfloat16, device=DEV)
-    ms = timed(lambda: a @ b, 3, 10)
+    ms = timing.eager_ms(lambda: a @ b, iters=10, warmup=3)
     gemm = 2 * 8192**3 / (ms * 1e-3) / 1e12
     return {"copy_TBps": copy_tbs, "bf16_gemm_TFLOPs": gemm}
 
@@ -144,7 +131,7 @@ def run_row(shape, causal, args, flex_ok):
                 peak -= result.numel() * result.element_size()  # the output is not transient
             entry["transient_bytes"] = max(int(peak), 0)
             entry["error"] = reference_error(result, q, k, v, causal)
-            ms = timed(fn, args.warmup, args.reps)
+            ms = timing.eager_ms(fn, iters=args.reps, warmup=args.warmup)
             entry["ms"] = ms
             entry["TFLOPs"] = flops / (ms * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001

@@ -2,23 +2,29 @@
 """Decode benchmark: fsdpa's fused decode against torch SDPA (flash, cudnn,
 math) on the very same tensors, bf16, one query token.
 
-Reports per row: time (median of CUDA-event timings after warm-up, input
-sets rotated when K/V would fit in L2), unique K/V bytes read per second, the
-fraction of the device-copy ceiling measured in the same run, workspace
-bytes, and the error against a float64 reference.
+Reports per row: time, unique K/V bytes read per second, the fraction of the
+device-copy ceiling measured in the same run, workspace bytes, and the error
+against a float64 reference. The time (`ms`, and every rate derived from it)
+is the median per call of a CUDA graph that replays a run of calls, input
+sets rotated when K/V would fit in L2: timed alone, a call of 30-300 us also
+counts the 12-20 us of host launch path before it (bench/timing.py). Every
+backend is timed that way; one that cannot be captured falls back to the
+eager time (`"timing": "eager"`, the reason in `graph_error`). The eager
+time (median of calls timed alone with CUDA events) is kept beside it as
+`eager_ms`.
 
   FSDPA_LIBRARY=build/libfsdpa.so python3 bench/decode_bench.py --out results.json
 
 For quick A/B runs of the decode kernels: --rows 0,3,8 times only those rows
 (indices into ROWS), --fsdpa-only skips torch's backends, --unfused also times
 fsdpa's unfused (cuBLAS) path, --profile splits the fused time per kernel
-(split, combine) with torch.profiler.
+(split, combine) with torch.profiler (eager calls).
 """
 import argparse
+import itertools
 import json
 import math
 import os
-import statistics
 import sys
 
 import torch
@@ -26,30 +32,42 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, HERE)  # timing.py, also where the script's folder is not on the path (-P)
 import fsdpa  # noqa: E402
+import timing  # noqa: E402
 
 
 # ------------------------------------------------------------ measuring
-def median_ms(fn, iters=40, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+# Calls per graph and timed replays (timing.graph_ms), calls timed alone
+# (timing.eager_ms). math takes milliseconds per call, where launch gaps do
+# not matter: fewer of each keep the run short.
+GRAPH = {"calls": 20, "replays": 10}
+MATH_GRAPH = {"calls": 4, "replays": 5, "warmup": 1}
+EAGER_ITERS, MATH_EAGER_ITERS = 40, 10
+
+
+def rotate(fns):
+    """One callable that runs fns in turn, one per call (rotated input sets)."""
+    turn = itertools.cycle(fns)
+    return lambda: next(turn)()
+
+
+def graph_or_eager(fns, eager, **graph_args):
+    """The time fields of one backend: `ms` under a CUDA graph of fns (or the
+    eager time when they cannot be captured), which timing, and the eager time
+    beside it."""
+    ms, reason = timing.graph_ms(fns, **graph_args)
+    if ms is None:
+        return {"ms": eager, "eager_ms": eager, "timing": "eager", "graph_error": reason}
+    return {"ms": ms, "eager_ms": eager, "timing": "graph"}
 
 
 def copy_ceiling_tbs():
     x = torch.empty(2 * 1024**3 // 2, dtype=torch.bfloat16, device="cuda").normal_()
     y = torch.empty_like(x)
-    ms = median_ms(lambda: y.copy_(x), iters=20)
+    ms = timing.eager_ms(lambda: y.copy_(x), iters=20)
     return 2 * x.numel() * 2 / ms / 1e9
 
 
@@ -119,16 +137,13 @@ def bench_row(row, ceiling, l2_bytes, args):
         run = fsdpa.prepare(q, k, v, out=out, policy="fused")
         runs.append(run)
         info = run.info
-    counter = [0]
-
-    def fused():
-        runs[counter[0] % sets]()
-        counter[0] += 1
-    ms = median_ms(fused)
+    fused = rotate(runs)
+    times = graph_or_eager(runs, timing.eager_ms(fused, iters=EAGER_ITERS), **GRAPH)
+    ms = times["ms"]
     runs[0]()
     torch.cuda.synchronize()
     flops = 2 * B * Hq * Lk * (dq + dv)
-    result["fsdpa"] = {"ms": ms, "tb_s": unique / ms / 1e9, "ceiling_fraction": unique / ms / 1e9 / ceiling,
+    result["fsdpa"] = {**times, "tb_s": unique / ms / 1e9, "ceiling_fraction": unique / ms / 1e9 / ceiling,
                        "tflop_s": flops / ms / 1e9, "workspace_bytes": int(info.workspace_bytes),
                        "splits": int(info.num_kv_splits), "bucket": f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}",
                        "err": rel_err(inputs[0][3], ref)}
@@ -139,10 +154,18 @@ def bench_row(row, ceiling, l2_bytes, args):
             result["fsdpa"]["kernels_us"] = {"error": str(e).splitlines()[0][:120]}
     if args.unfused:
         slow = [fsdpa.prepare(q, k, v, out=out, policy="unfused") for q, k, v, out in inputs]
-        t = median_ms(lambda i=[0]: (slow[i[0] % sets](), i.__setitem__(0, i[0] + 1)))
-        result["unfused"] = {"ms": t, "tb_s": unique / t / 1e9}
+        times = graph_or_eager(slow, timing.eager_ms(rotate(slow), iters=EAGER_ITERS), **GRAPH)
+        result["unfused"] = {**times, "tb_s": unique / times["ms"] / 1e9}
     if args.fsdpa_only:
         return result
+
+    def sdpa(backend, q, k, v):
+        # The backend is chosen inside the call, so it holds in the eager calls,
+        # the graph's warm-up and its capture alike.
+        def call():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=Hq != Hkv)
+        return call
 
     for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                            ("math", SDPBackend.MATH)):
@@ -151,17 +174,16 @@ def bench_row(row, ceiling, l2_bytes, args):
                 raise RuntimeError("skipped: the materialized scores would exceed 8 GB")
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
-
-            def call(i=[0]):
-                q, k, v, _ = inputs[i[0] % sets]
-                i[0] += 1
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=Hq != Hkv)
-            o = call()
-            err = rel_err(o, ref) if label != "math" or True else None
-            t = median_ms(call, iters=10 if label == "math" else 40)
-            result[label] = {"ms": t, "tb_s": unique / t / 1e9, "ceiling_fraction": unique / t / 1e9 / ceiling,
-                             "err": err, "transient_bytes": torch.cuda.max_memory_allocated() - base}
+            calls = [sdpa(backend, q, k, v) for q, k, v, _ in inputs]
+            o = calls[0]()
+            err = rel_err(o, ref)
+            eager = timing.eager_ms(rotate(calls), iters=MATH_EAGER_ITERS if label == "math" else EAGER_ITERS)
+            # Read before the capture, whose private memory pool would count too.
+            transient = torch.cuda.max_memory_allocated() - base
+            times = graph_or_eager(calls, eager, **(MATH_GRAPH if label == "math" else GRAPH))
+            t = times["ms"]
+            result[label] = {**times, "tb_s": unique / t / 1e9, "ceiling_fraction": unique / t / 1e9 / ceiling,
+                             "err": err, "transient_bytes": transient}
         except Exception as e:  # no kernel for this shape
             result[label] = {"error": str(e).splitlines()[0][:160]}
     return result
@@ -171,6 +193,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="h200-decode.json")
     ap.add_argument("--md", default="h200-decode.md")
+    ap.add_argument("--png", default="h200-decode.png", help="plot of TB/s per row and backend")
     ap.add_argument("--rows", default="", help="comma-separated indices into ROWS (default: all)")
     ap.add_argument("--fsdpa-only", action="store_true", help="skip torch's backends")
     ap.add_argument("--unfused", action="store_true", help="also time fsdpa's unfused path")
@@ -193,36 +216,80 @@ def main():
         f_ = results[-1].get("fsdpa")
         if f_:
             print(f"{row}: {f_['tb_s']:.2f} TB/s {f_['ceiling_fraction']*100:.0f}% "
-                  f"{f_['ms']*1e3:.1f} us splits {f_['splits']} {f_.get('kernels_us', '')}"
+                  f"{f_['ms']*1e3:.1f} us ({f_['timing']}; eager {f_['eager_ms']*1e3:.1f} us) "
+                  f"splits {f_['splits']} {f_.get('kernels_us', '')}"
                   f" {results[-1].get('unfused', '')}", flush=True)
     doc = {"gpu": props.name, "torch": torch.__version__, "copy_ceiling_tb_s": ceiling,
-           "command": " ".join(sys.argv), "rows": results}
+           "command": " ".join(sys.argv),
+           "timing": {"graph": GRAPH, "math_graph": MATH_GRAPH, "eager_iters": EAGER_ITERS,
+                      "math_eager_iters": MATH_EAGER_ITERS},
+           "rows": results}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
 
     def cell(r, key):
+        """TB/s (graph time/eager time in us); "-" and a dagger where no graph."""
         x = r.get(key, {})
         if "tb_s" not in x:
             return "no kernel"
-        return f"{x['tb_s']:.2f} ({x['ms']*1e3:.0f} us)"
+        if x["timing"] == "graph":
+            return f"{x['tb_s']:.2f} ({x['ms']*1e3:.0f}/{x['eager_ms']*1e3:.0f})"
+        return f"{x['tb_s']:.2f} (-/{x['eager_ms']*1e3:.0f})†"
     lines = [f"GPU {props.name}, torch {torch.__version__}, copy ceiling {ceiling:.2f} TB/s (read+write), bf16, Lq=1",
-             "", "| shape | Dqk/Dv | fsdpa TB/s (time) | of ceiling | splits | workspace | err | flash | cudnn | math | vs cudnn |",
+             "", "| shape | Dqk/Dv | fsdpa TB/s (graph/eager us) | of ceiling | splits | workspace | err | flash | cudnn | math | vs cudnn |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "fsdpa" not in r:
             lines.append(f"| {r.get('row')} | failed: {r.get('error', '')[:80]} |")
             continue
         f_ = r["fsdpa"]
-        vs = f"{r['cudnn']['ms'] / f_['ms']:.2f}x" if "ms" in r.get("cudnn", {}) else "-"
+        c_ = r.get("cudnn", {})
+        vs = "-"
+        if "ms" in c_:
+            vs = f"{c_['ms'] / f_['ms']:.2f}x" + ("" if c_["timing"] == f_["timing"] else "†")
         extra = f", {f_['tflop_s']:.0f} TFLOP/s" if r["v_aliases_k"] else ""
         lines.append(f"| B={r['B']} Hq={r['Hq']} Hkv={r['Hkv']} Lk={r['Lk']} | {r['Dqk']}/{r['Dv']} | "
                      f"{cell(r, 'fsdpa')}{extra} | {f_['ceiling_fraction']*100:.0f}% | {f_['splits']} | "
                      f"{f_['workspace_bytes']} | {f_['err']:.1e} | {cell(r, 'flash')} | {cell(r, 'cudnn')} | "
                      f"{cell(r, 'math')} | {vs} |")
+    lines += ["", f"Each cell: TB/s from the graph time (graph time/eager time, us). Graph: per call, the median "
+              f"of {GRAPH['replays']} replays of a CUDA graph of {GRAPH['calls']} calls over the rotated input "
+              f"sets (math: {MATH_GRAPH['replays']} replays of {MATH_GRAPH['calls']} calls); eager: the median of "
+              f"{EAGER_ITERS} calls (math: {MATH_EAGER_ITERS}) each timed alone between CUDA events, host launch "
+              "gaps included (bench/timing.py). †: the calls could not be captured, so the time is eager "
+              "(graph_error in the JSON says why); a ratio marked † compares an eager time with a graph time."]
     text = "\n".join(lines) + "\n"
     with open(args.md, "w") as f:
         f.write(text)
     print(text)
+    plot(results, ceiling, props.name, args.png)
+
+
+def plot(results, ceiling, gpu, path):
+    """Unique K/V TB/s per row for every backend, the copy ceiling as a line."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    rows = [r for r in results if "fsdpa" in r]
+    labels = [f"B{r['B']} {r['Hq']}/{r['Hkv']}\nLk{r['Lk'] // 1024}k {r['Dqk']}/{r['Dv']}" for r in rows]
+    backends = ["fsdpa", "flash", "cudnn", "math"]
+    width = 0.8 / len(backends)
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
+    for b, name in enumerate(backends):
+        xs = [i + (b - 1.5) * width for i in range(len(rows))]
+        ax.bar(xs, [r.get(name, {}).get("tb_s", 0) for r in rows], width, label=name)
+    ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.2f}")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=6)
+    ax.set_ylabel("unique K/V TB/s (graph time)")
+    ax.set_title(f"Decode, bf16, Lq=1, {gpu} (0 = no kernel)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
 
 
 if __name__ == "__main__":
