@@ -282,17 +282,21 @@ TEST(Decode, Dtypes) {
 }
 
 TEST(Decode, GqaRatios) {
-  // Packed rows per kv head 1, 2, 3, 4, 7, 8, 16, 128: every compiled row
-  // count of the split kernel (1, 2, 4, the bucket's maximum), partly filled.
-  const std::pair<int64_t, int64_t> heads[] = {{8, 8},  {4, 2},  {24, 8},  {8, 2},
-                                               {16, 2}, {16, 1}, {128, 1}, {7, 1}};
-  for (auto [hq, hkv] : heads) {
-    Case c;
-    c.heads_q = hq;
-    c.heads_kv = hkv;
-    c.len_k = 577;
-    run_case(c);
-  }
+  // Packed rows per kv head 1, 2, 3, 4, 7, 8, 16, 20, 128: 16-row
+  // tensor-core tiles partly filled, exactly filled, one and a part, and
+  // eight (bf16); every compiled row count of the f32 kernel (1, 2, 4, the
+  // bucket's maximum), partly filled.
+  const std::pair<int64_t, int64_t> heads[] = {{8, 8},  {4, 2},  {24, 8},  {8, 2}, {16, 2},
+                                               {16, 1}, {40, 2}, {128, 1}, {7, 1}};
+  for (DType dtype : {DType::BF16, DType::F32})
+    for (auto [hq, hkv] : heads) {
+      Case c;
+      c.dtype = dtype;
+      c.heads_q = hq;
+      c.heads_kv = hkv;
+      c.len_k = 577;
+      run_case(c);
+    }
   for (DType dtype : {DType::F16, DType::F32}) {  // one row per kv head (MHA), two queries
     Case c;
     c.dtype = dtype;

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/copy.cuh"
+
 namespace fsdpa::detail::cuda {
 
 template <typename T>
@@ -44,10 +46,6 @@ __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
 // Four 8x8 16-bit matrices; lanes 8i..8i+7 give the row addresses of matrix i.

@@ -154,14 +154,14 @@ Verdict decode_supports(const Problem& p, const Options&) {
 
 void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket& bucket = *find_bucket(p.head_dim_qk, p.head_dim_v);
-  const DecodeTileConfig tile =
-      decode_tile_config(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
+  const DecodeBlockShape tile =
+      decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
   plan.head_dim_qk_bucket = bucket.head_dim_qk;
   plan.head_dim_v_bucket = bucket.head_dim_v;
   plan.pad_ratio =
       double(bucket.head_dim_qk + bucket.head_dim_v) / double(p.head_dim_qk + p.head_dim_v);
   plan.tile_q = tile.rows;
-  plan.tile_k = int64_t(tile.keys_per_warp) * tile.warps;
+  plan.tile_k = tile.keys;
 
   const int64_t rows_total = p.batch * p.heads_q * p.len_q;
   const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
@@ -202,7 +202,7 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
   const int64_t rows_total = p.batch * p.heads_q * p.len_q;
   if (rows_total == 0 || p.head_dim_v == 0) return;
   const DecodeBucketFns fns = bucket_fns(p.dtype, plan.head_dim_qk_bucket, plan.head_dim_v_bucket);
-  const DecodeTileConfig tile = decode_tile_config(
+  const DecodeBlockShape tile = decode_block_shape(
       elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
 
   auto strides = [](const TensorView& view) {

@@ -12,6 +12,8 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.h"
+#include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_launch.h"
 
@@ -34,24 +36,11 @@ constexpr int kCombineBatch = 8;
 constexpr int kCombineSumFloats = kCombineThreads * 4;
 static_assert(kCombineSumFloats >= kDecodeMaxHeadDimV);
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-__device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
-  return __float2bfloat16_rn(x);
-}
+using decode_kernel::from_float;
+using decode_kernel::kLn2;
+using decode_kernel::kLog2e;
+using decode_kernel::minus_inf;
+using decode_kernel::wait_for_split_kernel;
 
 // (max, sum) of exp2 terms relative to max; merging rescales both to the larger max.
 __device__ __forceinline__ float2 merge_max_sum(float2 a, float2 b) {
@@ -80,6 +69,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   extern __shared__ float max_s[];  // [num_splits]
   __shared__ float2 scratch[kCombineWarps];
   __shared__ __align__(16) float sum_s[kCombineSumFloats];
+  wait_for_split_kernel();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t row = blockIdx.x;
   const int rows_total = p.batch * p.heads_q * p.len_q;
@@ -165,8 +155,24 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
   prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
                  "decode_combine_kernel");
-  kernel<<<static_cast<unsigned>(rows), kCombineThreads, smem, stream>>>(p);
-  check(cudaGetLastError(), "decode_combine_kernel<<<>>>");
+  // Programmatic dependent launch (sm_90+): the combine grid is scheduled
+  // while the split kernel finishes and waits in griddepcontrol.wait for its
+  // results, instead of paying its launch after the split kernel's last block.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows));
+  config.blockDim = dim3(kCombineThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  if (device_info(device).compute_capability >= 90) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, kernel, p), "cudaLaunchKernelEx(decode_combine_kernel)");
 }
 
 }  // namespace

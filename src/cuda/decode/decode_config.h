@@ -7,9 +7,14 @@
 
 namespace fsdpa::detail::cuda {
 
-// Few-query shapes only: every packed query row costs CUDA-core FMAs on each
-// K/V element, and past ~16 rows per kv head the prefill family's tensor-core
-// tiles win (the decode limit of DESIGN.md's selection table).
+// The decode limit of DESIGN.md's selection table, chosen by measurement
+// (bench/route_bench.cpp, results in bench/results/h200-route.md: both
+// families timed on the same tensors at Lq 1..128, bf16, five shapes). Decode
+// was faster at every Lq <= 16 in every shape (1.8-32x); the smallest
+// crossover was between 16 and 24 (B=8 Hq=32 Hkv=8 Lk=8192 D=128: 297 vs
+// 545 us at 16, 585 vs 542 at 24). At B=1 decode stays faster up to Lq=64-128,
+// because the prefill grid has B * Hq * ceil(Lq / 128) blocks and no key
+// split (32 blocks on 132 SMs); the limit is the smallest crossover.
 inline constexpr int64_t kDecodeMaxLenQ = 16;
 // The largest head dims the compiled buckets cover (576/512: DeepSeek MLA).
 inline constexpr int64_t kDecodeMaxHeadDimQk = 576;
@@ -32,8 +37,9 @@ struct DecodeTileConfig {
 // 4 warps x 2-3 blocks per SM put 70-110 KB in flight per SM, above the
 // ~32 KB that 4.1 TB/s x ~1 us of latency / 132 SMs needs.
 inline constexpr int kDecodeStageBytesPerWarp = 9216;
-// A warp stages at most one key per lane. 32 (not 16) lets D=64 bf16 carry
-// 32 keys per step, halving the per-step softmax work (shuffles, exp2) per key.
+// A warp stages at most one key per lane (32: fewer shuffles and exp2 per
+// key where the stage budget allows; it did for D=64 bf16 when this kernel
+// still served 16-bit types).
 inline constexpr int kDecodeMaxKeysPerWarp = 32;
 // Accumulator floats per lane per query row are (Dv / vector) / lanes x vector;
 // 64 accumulator registers per lane leave room for the rest below 128.
@@ -112,17 +118,130 @@ constexpr DecodeSmemLayout decode_smem_layout(int elem_bytes, int dqk, int dv, b
   return l;
 }
 
-static_assert(decode_tile_config(2, 64, 64).keys_per_warp == 32);
-static_assert(decode_tile_config(2, 128, 128).keys_per_warp == 16);
+// ------------------------------------------------------------ tensor cores
+// The split kernel for f16/bf16 (decode_mma_kernel.cuh). One block computes
+// one m16 row tile: 16 packed rows (heads of the kv group x query positions;
+// a group with more rows takes more blocks). Its 4 warps are key streams,
+// each with its own online softmax, or groups of 2 or 4 warps share a stream
+// and split Dv (a 16 x Dv accumulator tile costs Dv / 2 registers per lane,
+// and smaller stages let two blocks share an SM). All warps share one
+// cp.async ring whose stages hold 16 keys per stream.
+inline constexpr int kDecodeMmaRows = 16;
+inline constexpr int kDecodeMmaWarps = 4;
+inline constexpr int kDecodeMmaKeysPerStream = 16;  // one k-step of P.V
+inline constexpr int kDecodeMmaMaxDvPerWarp = 256;
+inline constexpr int kDecodeMmaMaxStages = 4;
+// Shared memory a block may take when two blocks share an SM (228 KB per SM,
+// 1 KB reserved per block), and the opt-in limit of one block (227 KB).
+inline constexpr size_t kDecodeMmaTwoBlockBytes = 113 * 1024;
+inline constexpr size_t kDecodeMmaOneBlockBytes = 227 * 1024;
+
+struct DecodeMmaConfig {
+  int dv_parts;        // warps that share a stream, each with Dv / dv_parts columns
+  int streams;         // independent key streams per block
+  int keys_per_stage;  // streams x kDecodeMmaKeysPerStream
+  int stages;          // cp.async ring depth
+  int min_blocks;      // resident blocks per SM the shared memory allows (launch bounds)
+};
+
+// Shared-memory rows are padded by 16 bytes (8 elements): ldmatrix rows of
+// consecutive keys then start in different banks.
+constexpr int decode_mma_row(int dim) { return dim + 8; }
+
+struct DecodeMmaSmem {
+  size_t q, stats, stage, stages, total;
+};
+
+// Layout: q [16][Dqk+8] (16-bit), stream stats [streams][16] float2, then
+// the stage ring, which the cross-stream merge [streams][16][Dv] f32 reuses
+// at the end. With v aliasing k (MLA) a stage holds the K rows only.
+constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams,
+                                        bool v_aliases_k) {
+  DecodeMmaSmem l{};
+  l.q = size_t(kDecodeMmaRows) * decode_mma_row(dqk) * 2;
+  l.stats = size_t(streams) * kDecodeMmaRows * 8;
+  l.stage = size_t(streams) * kDecodeMmaKeysPerStream *
+            (decode_mma_row(dqk) + (v_aliases_k ? 0 : decode_mma_row(dv))) * 2;
+  const size_t ring = l.stage * stages;
+  const size_t merge = size_t(streams) * kDecodeMmaRows * dv * 4;
+  l.stages = ring > merge ? ring : merge;
+  l.total = l.q + l.stats + l.stages;
+  return l;
+}
+
+// The 576/512 bucket exists for MLA's absorbed decode, where v is a view of
+// k: its tiling is chosen for that layout (an unaliased 576/512 problem still
+// fits, at one block per SM).
+constexpr bool decode_mma_tiled_for_alias(int dqk, int dv) { return dqk == 576 && dv == 512; }
+
+// Stages of `parts` Dv parts that fit `budget` bytes of shared memory (at most 4).
+constexpr int decode_mma_stages_within(int dqk, int dv, int parts, size_t budget) {
+  const DecodeMmaSmem one =
+      decode_mma_smem(dqk, dv, 1, kDecodeMmaWarps / parts, decode_mma_tiled_for_alias(dqk, dv));
+  const size_t fixed = one.q + one.stats;
+  const int n = budget > fixed ? int((budget - fixed) / one.stage) : 0;
+  return n > kDecodeMmaMaxStages ? kDecodeMmaMaxStages : n;
+}
+
+// Measured on the H200 (bench/NOTES.md, decode rounds 4-5; B=1 Hq=32 Hkv=8
+// Lk=131072, share of the copy ceiling): one block of 4 warps per SM streams
+// worse than two (D=256: 59% with one block and 3 stages, 70% with two blocks,
+// 2 Dv parts, 3 stages), and one key stream of 16 keys per stage worse than two
+// (288: 68% with 2 streams and 2 stages, 50% with 1 stream and 4 stages). So:
+// two blocks per SM with two streams (3 stages, else 2), the fewest Dv parts
+// first; else two blocks with one stream of 4 Dv parts; else one block per
+// SM. MLA's bucket is compute-bound (128 heads on one latent), so it takes the
+// fewest repeated Q.K products (Dv parts) before deeper stages.
+constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
+  const int min_parts = dv > 2 * kDecodeMmaMaxDvPerWarp ? 4 : (dv > kDecodeMmaMaxDvPerWarp ? 2 : 1);
+  const int first_want = decode_mma_tiled_for_alias(dqk, dv) ? 2 : 3;
+  int parts = min_parts, stages = 0, blocks = 1;
+  for (int max_parts = 2; max_parts <= kDecodeMmaWarps && stages == 0; max_parts *= 2)
+    for (int want = first_want; want >= 2 && stages == 0; --want)
+      for (int p = min_parts; p <= max_parts && stages == 0; p *= 2) {
+        const int n = decode_mma_stages_within(dqk, dv, p, kDecodeMmaTwoBlockBytes);
+        if (dv % (16 * p) == 0 && n >= want) parts = p, stages = n, blocks = 2;
+      }
+  if (stages == 0) stages = decode_mma_stages_within(dqk, dv, parts, kDecodeMmaOneBlockBytes);
+  const int streams = kDecodeMmaWarps / parts;
+  return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks};
+}
+
+constexpr size_t decode_mma_smem_bytes(int dqk, int dv, bool v_aliases_k) {
+  const DecodeMmaConfig c = decode_mma_config(dqk, dv);
+  return decode_mma_smem(dqk, dv, c.stages, c.streams, v_aliases_k).total;
+}
+
+// What the plan reports and the launch grid uses, for either split kernel:
+// packed rows per block and keys per pipeline step of a block.
+struct DecodeBlockShape {
+  int rows, keys;
+};
+constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv) {
+  if (elem_bytes == 2) return {kDecodeMmaRows, decode_mma_config(dqk, dv).keys_per_stage};
+  const DecodeTileConfig t = decode_tile_config(elem_bytes, dqk, dv);
+  return {t.rows, t.keys_per_warp * t.warps};
+}
+
+static_assert(decode_mma_config(128, 128).dv_parts == 1 && decode_mma_config(128, 128).stages == 3);
+static_assert(decode_mma_config(256, 256).dv_parts == 2 && decode_mma_config(256, 256).stages == 3);
+static_assert(decode_mma_config(576, 512).dv_parts == 2 &&
+              decode_mma_config(576, 512).min_blocks == 2);
+// Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.
+static_assert(decode_mma_config(64, 64).stages >= 2 && decode_mma_config(512, 512).stages >= 2);
+static_assert(decode_mma_smem_bytes(576, 512, false) <= kDecodeMmaOneBlockBytes);
+static_assert(decode_mma_smem_bytes(512, 512, false) <= kDecodeMmaOneBlockBytes);
+static_assert(decode_mma_smem_bytes(320, 320, false) <= kDecodeMmaOneBlockBytes);
+
+static_assert(decode_tile_config(4, 64, 64).keys_per_warp == 16);
+static_assert(decode_tile_config(4, 128, 128).keys_per_warp == 8);
 static_assert(decode_kernel_rows(8, 1) == 1 && decode_kernel_rows(8, 3) == 4);
 static_assert(decode_kernel_rows(8, 4) == 4 && decode_kernel_rows(8, 32) == 8);
 static_assert(decode_kernel_rows(5, 5) == 5 && decode_kernel_rows(5, 3) == 4);
-static_assert(decode_tile_config(2, 576, 512).keys_per_warp == 4);
-static_assert(decode_tile_config(2, 128, 128).rows == 8);
-static_assert(decode_tile_config(2, 512, 512).rows == 4);
+static_assert(decode_tile_config(4, 576, 512).keys_per_warp == 4);
+static_assert(decode_tile_config(4, 128, 128).rows == 8);
 static_assert(decode_tile_config(4, 576, 512).rows == 4);
 // P.V needs at least one key per lane group: 32 / value lanes <= keys per warp.
-static_assert(32 / decode_value_lanes(2, 64) <= decode_tile_config(2, 64, 64).keys_per_warp);
 static_assert(32 / decode_value_lanes(4, 64) <= decode_tile_config(4, 64, 64).keys_per_warp);
 // The largest instance fits the H100/H200 227 KB opt-in limit.
 static_assert(decode_smem_layout(4, 576, 512, false).total <= 227 * 1024);

@@ -1,4 +1,6 @@
-// The split-K decode kernel (flash-decoding) on CUDA cores.
+// The split-K decode kernel (flash-decoding) on CUDA cores, for f32 (f16 and
+// bf16 run on tensor cores: decode_mma_kernel.cuh; decode_bucket_fns below
+// picks the kernel by dtype).
 //
 // One block serves one (batch, kv head, key split, chunk of packed query
 // rows): all query heads of the kv group and all query positions share the
@@ -18,50 +20,17 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/copy.cuh"
+#include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_launch.h"
+#include "cuda/decode/decode_mma_kernel.cuh"
 
 namespace fsdpa::detail::cuda {
 
 namespace decode_kernel {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-__device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
-
-// ------------------------------------------------------------ element access
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-// 16 bytes of T widened to float.
+// 16 bytes of T widened to float (the kernel serves f32 only).
 template <typename T>
 __device__ __forceinline__ void unpack16(const uint4& raw, float* f);
 template <>
@@ -70,72 +39,6 @@ __device__ __forceinline__ void unpack16<float>(const uint4& raw, float* f) {
   f[1] = __uint_as_float(raw.y);
   f[2] = __uint_as_float(raw.z);
   f[3] = __uint_as_float(raw.w);
-}
-template <>
-__device__ __forceinline__ void unpack16<__nv_bfloat16>(const uint4& raw, float* f) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-template <>
-__device__ __forceinline__ void unpack16<__half>(const uint4& raw, float* f) {
-  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    __half2 h;
-    memcpy(&h, &w[i], 4);
-    const float2 x = __half22float2(h);
-    f[2 * i] = x.x;
-    f[2 * i + 1] = x.y;
-  }
-}
-
-// ------------------------------------------------------------ async copies
-
-// Copies src_bytes (0..16) of global memory to 16 bytes of shared memory,
-// zero-filling the rest: the tails of head dims and keys past the split end.
-__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, int src_bytes) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int Pending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
-
-// ------------------------------------------------------------ semantics
-
-// Keys [begin, end) visible to query position i (core/semantics.h's rule).
-__device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int i) {
-  const int64_t diagonal = int64_t(i) + p.causal_offset;
-  int64_t begin = 0, end = p.len_k;
-  const int64_t len_k = p.len_k;
-  if (p.causal) end = min(max(diagonal + 1, int64_t(0)), len_k);
-  if (p.has_window) begin = min(max(diagonal - p.window_left, int64_t(0)), len_k);
-  return make_int2(int(begin), int(end));
-}
-
-// The array mask's contribution to a score in the exp2 domain; -inf drops the key.
-__device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_offset, int key) {
-  const int64_t at = row_offset + int64_t(key) * p.mask_strides.col;
-  switch (p.mask_kind) {
-    case DecodeMask::AddF32:
-      return static_cast<const float*>(p.mask)[at] * kLog2e;
-    case DecodeMask::AddF16:
-      return __half2float(static_cast<const __half*>(p.mask)[at]) * kLog2e;
-    case DecodeMask::AddBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.mask)[at]) * kLog2e;
-    case DecodeMask::Bool:
-      return static_cast<const unsigned char*>(p.mask)[at] ? 0.f : minus_inf();
-    case DecodeMask::None:
-      break;
-  }
-  return 0.f;
 }
 
 // ------------------------------------------------------------ the split kernel
@@ -167,7 +70,8 @@ struct Tile {
   static constexpr int kRowK = decode_row_elems(sizeof(T), DQK);
   static constexpr int kRowV = decode_row_elems(sizeof(T), DV);
 
-  static_assert(DQK % 16 == 0 && DV % 16 == 0, "buckets are multiples of the 16-element mma step");
+  static_assert(sizeof(T) == 4, "f32 only: 16-bit types run decode_mma_kernel");
+  static_assert(DQK % 16 == 0 && DV % 16 == 0, "buckets are multiples of 16");
   static_assert(32 % kKeys == 0 && kKeyGroups <= kKeys && kKeys % kKeyGroups == 0);
   static_assert(kRows >= 1 && kRows <= config.rows && kStages >= 2);
 };
@@ -192,54 +96,28 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
                                     kLayoutFull.row_info + kLayoutFull.warp_stats);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int64_t block = blockIdx.x;
-  const int chunk = int(block % p.row_chunks);
-  block /= p.row_chunks;
-  const int split = int(block % p.num_splits);
-  block /= p.num_splits;
-  const int kv_head = int(block % p.heads_kv);
-  const int batch = int(block / p.heads_kv);
-  const int row0 = chunk * kRows;
-  const int rows_here = min(kRows, p.rows_per_kv_head - row0);
+  const DecodeBlock blk = decode_block(p, kRows);
+  allow_combine_launch();  // all blocks of the one-wave grid are resident
+  const int batch = blk.batch, kv_head = blk.kv_head, rows_here = blk.rows_here;
 
   // ---- q rows, key ranges, mask row offsets
   for (int idx = tid; idx < kRows * DQK; idx += C::kThreads) {
     const int r = idx / DQK, d = idx % DQK;
     float x = 0.f;
     if (r < rows_here && d < p.head_dim_qk) {
-      const int packed = row0 + r;
-      const int head = kv_head * p.kv_group_size + packed / p.len_q, i = packed % p.len_q;
+      const int2 hi = packed_row(p, blk, r);
       const T* q = static_cast<const T*>(p.q) + batch * p.q_strides.batch +
-                   head * p.q_strides.head + i * p.q_strides.row;
+                   hi.x * p.q_strides.head + hi.y * p.q_strides.row;
       x = to_float(q[d]) * p.scale_log2;
     }
     q_s[idx] = x;
   }
-  if (tid < kRows) {
-    int2 range = make_int2(0, 0);
-    int64_t mask_row = 0;
-    if (tid < rows_here) {
-      const int packed = row0 + tid;
-      const int head = kv_head * p.kv_group_size + packed / p.len_q, i = packed % p.len_q;
-      range = visible_keys(p, i);
-      mask_row = batch * p.mask_strides.batch + head * p.mask_strides.head + i * p.mask_strides.row;
-    }
-    range_s[tid] = range;
-    mask_row_s[tid] = mask_row;
-  }
+  load_row_info<kRows>(p, blk, range_s, mask_row_s);
   __syncthreads();
 
   // ---- this block's keys: the split, narrowed to what its rows can see
-  int key_begin = p.key_begin + split * p.keys_per_split;
-  int key_end = min(p.key_end, key_begin + p.keys_per_split);
-  {
-    int lo = p.len_k, hi = 0;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-      if (range_s[r].x < range_s[r].y) lo = min(lo, range_s[r].x), hi = max(hi, range_s[r].y);
-    key_begin = max(key_begin, lo);
-    key_end = min(key_end, hi);
-  }
+  const BlockKeys keys = block_keys(p, blk);
+  const int key_begin = keys.begin, key_end = keys.end;
   const int num_tiles = key_end > key_begin ? (key_end - key_begin + kKeys - 1) / kKeys : 0;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
 
@@ -264,7 +142,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_qk - c * kVec) * int(sizeof(T))) : 0;
       const T* src = bytes > 0 ? k_rows + j * p.k_strides.row + c * kVec : k_rows;
-      copy16_async(k_dst + key * C::kRowK + c * kVec, src, bytes);
+      cp_async_16_zfill(shared_address(k_dst + key * C::kRowK + c * kVec), src, bytes);
     }
     if (v_aliases_k) return;
     T* v_dst = k_dst + kKeys * C::kRowK;
@@ -275,7 +153,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_v - c * kVec) * int(sizeof(T))) : 0;
       const T* src = bytes > 0 ? v_rows + j * p.v_strides.row + c * kVec : v_rows;
-      copy16_async(v_dst + key * C::kRowV + c * kVec, src, bytes);
+      cp_async_16_zfill(shared_address(v_dst + key * C::kRowV + c * kVec), src, bytes);
     }
   };
 
@@ -299,12 +177,12 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
 #pragma unroll
   for (int n = 0; n < kStages - 1; ++n) {
     load_tile(n);
-    commit_copies();
+    cp_async_commit();
   }
   for (int n = 0; n < my_tiles; ++n) {
     load_tile(n + kStages - 1);
-    commit_copies();
-    wait_copies<kStages - 1>();
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
     __syncwarp();
     const T* k_tile = warp_stages + (n % kStages) * stage_elems;
     const T* v_tile = v_aliases_k ? k_tile : k_tile + kKeys * C::kRowK;
@@ -388,7 +266,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
     }
     __syncwarp();
   }
-  wait_copies<0>();
+  cp_async_wait<0>();
 
   // ---- merge the lanes of each warp, then the warps of the block
 #pragma unroll
@@ -422,41 +300,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       }
   __syncthreads();
 
-  const bool single_split = p.num_splits == 1;
-  const int rows_total = p.batch * p.heads_q * p.len_q;
-  for (int idx = tid; idx < kRows * p.head_dim_v; idx += C::kThreads) {
-    const int r = idx / p.head_dim_v, d = idx % p.head_dim_v;
-    if (r >= rows_here) break;
-    const int packed = row0 + r;
-    const int head = kv_head * p.kv_group_size + packed / p.len_q, i = packed % p.len_q;
-    float block_max = minus_inf();
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
-    float sink = minus_inf();
-    if (single_split && p.sinks != nullptr) sink = p.sinks[head * p.sinks_stride] * kLog2e;
-    const float top = fmaxf(block_max, sink);
-    const float base = top == minus_inf() ? 0.f : top;
-    float sum = exp2f(sink - base), value = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float weight = exp2f(stats_s[w * kRows + r].x - base);
-      sum += stats_s[w * kRows + r].y * weight;
-      value += merge_s[(w * kRows + r) * DV + d] * weight;
-    }
-    if (single_split) {
-      T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
-               i * p.out_strides.row;
-      out[d] = from_float<T>(sum > 0.f ? value / sum : 0.f);
-      if (d == 0 && p.lse != nullptr)
-        p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
-            top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
-    } else {
-      const int64_t row = (int64_t(batch) * p.heads_q + head) * p.len_q + i;
-      const int64_t slot = int64_t(split) * rows_total + row;
-      p.partial_out[slot * p.dv_ws + d] = value;
-      if (d == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = make_float2(top, sum);
-    }
-  }
+  store_block_rows<T, kWarps, kRows, DV>(p, blk, stats_s, merge_s);
 }
 
 // Calls f.template operator()<R>() with R = decode_kernel_rows(max, rows): the
@@ -516,7 +360,11 @@ int blocks_per_sm(int rows_per_kv_head, bool v_aliases_k) {
 
 template <typename T, int DQK, int DV>
 DecodeBucketFns decode_bucket_fns() {
-  return {decode_kernel::launch_split<T, DQK, DV>, decode_kernel::blocks_per_sm<T, DQK, DV>};
+  if constexpr (sizeof(T) == 2)
+    return {decode_kernel::launch_mma_split<T, DQK, DV>,
+            decode_kernel::mma_blocks_per_sm<T, DQK, DV>};
+  else
+    return {decode_kernel::launch_split<T, DQK, DV>, decode_kernel::blocks_per_sm<T, DQK, DV>};
 }
 
 }  // namespace fsdpa::detail::cuda

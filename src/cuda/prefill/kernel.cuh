@@ -23,32 +23,6 @@ namespace prefill_impl {
 
 constexpr float kMinusInf = -__builtin_huge_valf();
 
-// Copies rows [row0, row0 + kRows) x columns [0, kCols) of a row-major
-// global matrix into shared memory (row stride kStride elements), zero-filling
-// rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
-// end cost no padded copy and no out-of-bounds read.
-template <int kRows, int kCols, int kStride, int kThreads, typename T>
-__device__ __forceinline__ void load_tile(T* shared, const T* global, int64_t row_stride, int row0,
-                                          int num_rows, int num_cols) {
-  constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
-  constexpr int kChunks = kRows * kChunksPerRow;
-  // Not unrolled: unrolled, the per-chunk addresses are hoisted out of the
-  // key loop as 64-bit registers and push S and O into local memory (ptxas).
-#pragma unroll 1
-  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
-    const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
-    if (kChunks % kThreads != 0 && chunk >= kChunks) break;
-    const int row = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * 8;
-    const int remaining = num_cols - col;
-    int bytes = remaining >= 8 ? 16 : (remaining > 0 ? remaining * 2 : 0);
-    if (row0 + row >= num_rows) bytes = 0;
-    const T* source =
-        bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
-    cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
-  }
-}
-
 }  // namespace prefill_impl
 
 // kTileCode (encode_tile) defaults to the tuning table's row;
@@ -107,15 +81,15 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };
 
   // Prologue: Q and the first kStages-1 K/V tiles, one commit group each.
-  load_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides[2], q0, len_q,
-                                              p.head_dim_qk);
+  cp_async_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides[2], q0, len_q,
+                                                  p.head_dim_qk);
   const int len_k = static_cast<int>(sem.len_k);
   auto load_kv = [&](int tile, int stage) {
     const int k0 = (tile_begin + tile) * kTileK;
-    load_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
-                                                p.k_strides[2], k0, len_k, p.head_dim_qk);
-    load_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
-                                               p.v_strides[2], k0, len_k, p.head_dim_v);
+    cp_async_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
+                                                    p.k_strides[2], k0, len_k, p.head_dim_qk);
+    cp_async_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
+                                                   p.v_strides[2], k0, len_k, p.head_dim_v);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {

@@ -1,0 +1,220 @@
+// Device pieces shared by the decode kernels (the CUDA-core split kernel, the
+// tensor-core split kernel and the combine kernel): element conversions, the
+// masking rules as decode sees them, the per-row set-up of a block, and the
+// block epilogue that merges the key streams of a block and writes either the
+// final rows or the split's partial for the combine kernel.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/decode/decode_params.h"
+
+namespace fsdpa::detail::cuda::decode_kernel {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+__device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
+
+// ------------------------------------------------------------ element access
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_float(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// ------------------------------------------------------------ launch overlap
+
+// Programmatic dependent launch (sm_90+; no-ops before): a split kernel lets
+// the combine grid launch once all of its blocks run, and the combine kernel
+// waits until the split kernel has completed and its writes are visible.
+__device__ __forceinline__ void allow_combine_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_split_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// ------------------------------------------------------------ semantics
+
+// Keys [begin, end) visible to query position i (core/semantics.h's rule).
+__device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int i) {
+  const int64_t diagonal = int64_t(i) + p.causal_offset;
+  int64_t begin = 0, end = p.len_k;
+  const int64_t len_k = p.len_k;
+  if (p.causal) end = min(max(diagonal + 1, int64_t(0)), len_k);
+  if (p.has_window) begin = min(max(diagonal - p.window_left, int64_t(0)), len_k);
+  return make_int2(int(begin), int(end));
+}
+
+// The array mask's contribution to a score in the exp2 domain; -inf drops the key.
+__device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_offset, int key) {
+  const int64_t at = row_offset + int64_t(key) * p.mask_strides.col;
+  switch (p.mask_kind) {
+    case DecodeMask::AddF32:
+      return static_cast<const float*>(p.mask)[at] * kLog2e;
+    case DecodeMask::AddF16:
+      return __half2float(static_cast<const __half*>(p.mask)[at]) * kLog2e;
+    case DecodeMask::AddBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.mask)[at]) * kLog2e;
+    case DecodeMask::Bool:
+      return static_cast<const unsigned char*>(p.mask)[at] ? 0.f : minus_inf();
+    case DecodeMask::None:
+      break;
+  }
+  return 0.f;
+}
+
+// ------------------------------------------------------------ the block's rows
+
+// Where a block's packed rows come from: the block index decomposes into
+// (batch, kv head, key split, row chunk); packed row r of chunk c is query
+// head kv_head * group + (c * kRows + r) / len_q at position (..) % len_q.
+struct DecodeBlock {
+  int batch, kv_head, split, row0, rows_here;
+};
+
+__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block) {
+  int64_t block = blockIdx.x;
+  DecodeBlock b;
+  const int chunk = int(block % p.row_chunks);
+  block /= p.row_chunks;
+  b.split = int(block % p.num_splits);
+  block /= p.num_splits;
+  b.kv_head = int(block % p.heads_kv);
+  b.batch = int(block / p.heads_kv);
+  b.row0 = chunk * rows_per_block;
+  b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
+  return b;
+}
+
+// (query head, query position) of packed row r of the block.
+__device__ __forceinline__ int2 packed_row(const DecodeParams& p, const DecodeBlock& b, int r) {
+  const int packed = b.row0 + r;
+  return make_int2(b.kv_head * p.kv_group_size + packed / p.len_q, packed % p.len_q);
+}
+
+// Keys [begin, end) row r sees ((0, 0) past the real rows), and the offset
+// of its row of the array mask.
+__device__ __forceinline__ int2 row_keys(const DecodeParams& p, const DecodeBlock& b, int r) {
+  return r < b.rows_here ? visible_keys(p, packed_row(p, b, r).y) : make_int2(0, 0);
+}
+__device__ __forceinline__ int64_t row_mask_offset(const DecodeParams& p, const DecodeBlock& b,
+                                                   int r) {
+  if (r >= b.rows_here) return 0;
+  const int2 hi = packed_row(p, b, r);
+  return b.batch * p.mask_strides.batch + hi.x * p.mask_strides.head + hi.y * p.mask_strides.row;
+}
+
+// Thread r < kRows writes row r's visible keys and mask row offset.
+template <int kRows>
+__device__ __forceinline__ void load_row_info(const DecodeParams& p, const DecodeBlock& b,
+                                              int2* range_s, int64_t* mask_row_s) {
+  const int r = threadIdx.x;
+  if (r >= kRows) return;
+  range_s[r] = row_keys(p, b, r);
+  mask_row_s[r] = row_mask_offset(p, b, r);
+}
+
+// The block's keys [begin, end): its split, narrowed to the union of what its
+// rows see; and [common_begin, common_end): the keys every real row sees
+// (within the block's). Each thread computes it from the parameters alone,
+// so the first K/V loads need no barrier.
+struct BlockKeys {
+  int begin, end, common_begin, common_end;
+};
+__device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const DecodeBlock& b) {
+  int lo = p.len_k, hi = 0, common_begin = 0, common_end = p.len_k;
+  for (int r = 0; r < b.rows_here; ++r) {
+    const int2 range = row_keys(p, b, r);
+    if (range.x < range.y) lo = min(lo, range.x), hi = max(hi, range.y);
+    common_begin = max(common_begin, range.x), common_end = min(common_end, range.y);
+  }
+  const int split_begin = p.key_begin + b.split * p.keys_per_split;
+  const int split_end = min(p.key_end, split_begin + p.keys_per_split);
+  BlockKeys k;
+  k.begin = max(split_begin, lo);
+  k.end = min(split_end, hi);
+  k.common_begin = common_begin;
+  k.common_end = min(common_end, k.end);
+  return k;
+}
+
+// The block epilogue. stats_s[stream * kRows + r] holds each key stream's
+// (max, sum) for row r, merge_s[(stream * kRows + r) * DV + d] its
+// unnormalized output. Merges the streams and writes out/lse (one split: the
+// sink joins the denominator) or the split's partial and (max, sum) for the
+// combine kernel.
+template <typename T, int kStreams, int kRows, int DV>
+__device__ __forceinline__ void store_block_rows(const DecodeParams& p, const DecodeBlock& b,
+                                                 const float2* stats_s, const float* merge_s) {
+  const bool single_split = p.num_splits == 1;
+  const int rows_total = p.batch * p.heads_q * p.len_q;
+  for (int idx = threadIdx.x; idx < kRows * p.head_dim_v; idx += blockDim.x) {
+    const int r = idx / p.head_dim_v, d = idx % p.head_dim_v;
+    if (r >= b.rows_here) break;
+    const int2 hi = packed_row(p, b, r);
+    const int head = hi.x, i = hi.y;
+    float block_max = minus_inf();
+#pragma unroll
+    for (int w = 0; w < kStreams; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
+    float sink = minus_inf();
+    if (single_split && p.sinks != nullptr) sink = p.sinks[head * p.sinks_stride] * kLog2e;
+    const float top = fmaxf(block_max, sink);
+    const float base = top == minus_inf() ? 0.f : top;
+    float sum = exp2f(sink - base), value = 0.f;
+#pragma unroll
+    for (int w = 0; w < kStreams; ++w) {
+      const float weight = exp2f(stats_s[w * kRows + r].x - base);
+      sum += stats_s[w * kRows + r].y * weight;
+      value += merge_s[(w * kRows + r) * DV + d] * weight;
+    }
+    if (single_split) {
+      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + head * p.out_strides.head +
+               i * p.out_strides.row;
+      out[d] = from_float<T>(sum > 0.f ? value / sum : 0.f);
+      if (d == 0 && p.lse != nullptr)
+        p.lse[b.batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
+            top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+    } else {
+      const int64_t row = (int64_t(b.batch) * p.heads_q + head) * p.len_q + i;
+      const int64_t slot = int64_t(b.split) * rows_total + row;
+      p.partial_out[slot * p.dv_ws + d] = value;
+      if (d == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = make_float2(top, sum);
+    }
+  }
+}
+
+}  // namespace fsdpa::detail::cuda::decode_kernel

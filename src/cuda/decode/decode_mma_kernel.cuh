@@ -1,0 +1,259 @@
+// The split-K decode kernel on tensor cores (f16/bf16, sm_80+).
+//
+// One block serves one (batch, kv head, key split, chunk of 16 packed query
+// rows): the heads of a kv group and the query positions form the M = 16 rows
+// of m16n8k16 tiles, so each K/V byte of the split is read from device memory
+// once per row chunk (once in total for groups of up to 16 rows). The warps
+// are key streams: stream s of a stage takes its 16 keys, computes S = Q K^T
+// (16 x 16) on tensor cores, runs its own online softmax in the exp2 domain
+// and accumulates O += P V with P straight from the S registers. When
+// Dv > 256 two warps share a stream and each accumulates half of Dv (both
+// compute the same S). All warps share one cp.async ring of key stages; at the
+// end the streams merge in shared memory (decode_common.cuh's epilogue),
+// writing the final rows (one split) or the split's partial for the combine
+// kernel. The tensor cores do at least 16 rows of work per key whatever the
+// group size, far below their rate at decode's bandwidth, so the kernel is
+// bound by the K/V stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/copy.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/decode/decode_common.cuh"
+#include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_launch.h"
+
+namespace fsdpa::detail::cuda {
+
+namespace decode_kernel {
+
+template <typename T, int DQK, int DV>
+__global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, DV).min_blocks)
+    decode_mma_kernel(const DecodeParams p) {
+  constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
+  constexpr int kRows = kDecodeMmaRows;
+  constexpr int kThreads = kDecodeMmaWarps * 32;
+  constexpr int kKeys = kDecodeMmaKeysPerStream;  // per stream and stage
+  constexpr int kStreams = kConfig.streams;
+  constexpr int kStageKeys = kConfig.keys_per_stage;
+  constexpr int kStages = kConfig.stages;
+  constexpr int kDvPart = DV / kConfig.dv_parts;  // columns of O per warp
+  constexpr int kRowK = decode_mma_row(DQK), kRowV = decode_mma_row(DV), kRowQ = kRowK;
+  constexpr DecodeMmaSmem kSmem =
+      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false);
+  static_assert(DQK % 16 == 0 && kDvPart % 16 == 0 && kKeys == 16);
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* q_s = reinterpret_cast<T*>(smem);
+  float2* stats_s = reinterpret_cast<float2*>(smem + kSmem.q);
+  T* ring_s = reinterpret_cast<T*>(smem + kSmem.q + kSmem.stats);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int group = lane / 4, quad = lane % 4;
+  const int stream = warp / kConfig.dv_parts, part = warp % kConfig.dv_parts;
+  const DecodeBlock blk = decode_block(p, kRows);
+  allow_combine_launch();  // all blocks of the one-wave grid are resident
+
+  const BlockKeys keys = block_keys(p, blk);
+  const int key_begin = keys.begin, key_end = keys.end;
+  const int num_tiles =
+      key_end > key_begin ? (key_end - key_begin + kStageKeys - 1) / kStageKeys : 0;
+  const bool has_mask = p.mask_kind != DecodeMask::None;
+  // This thread's two accumulator rows: group and group + 8.
+  const int2 range[2] = {row_keys(p, blk, group), row_keys(p, blk, group + 8)};
+  const int64_t mask_row[2] = {row_mask_offset(p, blk, group), row_mask_offset(p, blk, group + 8)};
+
+  const bool v_aliases_k = p.v_aliases_k != 0;
+  const int stage_elems = kStageKeys * (kRowK + (v_aliases_k ? 0 : kRowV));
+  const int row_v = v_aliases_k ? kRowK : kRowV;
+  const T* k_rows =
+      static_cast<const T*>(p.k) + blk.batch * p.k_strides.batch + blk.kv_head * p.k_strides.head;
+  const T* v_rows =
+      static_cast<const T*>(p.v) + blk.batch * p.v_strides.batch + blk.kv_head * p.v_strides.head;
+  auto load_stage = [&](int tile) {
+    T* k_dst = ring_s + (tile % kStages) * stage_elems;
+    const int key0 = key_begin + tile * kStageKeys;
+    cp_async_tile<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0, key_end,
+                                                    p.head_dim_qk);
+    if (!v_aliases_k)
+      cp_async_tile<kStageKeys, DV, kRowV, kThreads>(k_dst + kStageKeys * kRowK, v_rows,
+                                                     p.v_strides.row, key0, key_end, p.head_dim_v);
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_tiles) load_stage(s);
+    cp_async_commit();
+  }
+
+  // ---- q rows (zero past the real rows and Dqk); the first barrier of the
+  // key loop publishes them
+  for (int idx = tid; idx < kRows * DQK; idx += kThreads) {
+    const int r = idx / DQK, d = idx % DQK;
+    T x = from_float<T>(0.f);
+    if (r < blk.rows_here && d < p.head_dim_qk) {
+      const int2 hi = packed_row(p, blk, r);
+      x = static_cast<const T*>(p.q)[blk.batch * p.q_strides.batch + hi.x * p.q_strides.head +
+                                     hi.y * p.q_strides.row + d];
+    }
+    q_s[r * kRowQ + d] = x;
+  }
+
+  float o[kDvPart / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDvPart / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
+  float row_max[2] = {minus_inf(), minus_inf()};
+  float row_sum[2] = {0.f, 0.f};  // this lane's columns; quad-reduced at the end
+
+  // ldmatrix row addresses (prefill kernel's fragment mapping): Q as the A
+  // operand, K rows as the B operand of S, V rows transposed for P.V.
+  const uint32_t q_frag = shared_address(q_s + (lane % 16) * kRowQ + (lane / 16) * 8);
+  const int k_frag_elem = ((lane % 8) + (lane / 16) * 8) * kRowK + ((lane / 8) % 2) * 8;
+  const int v_frag_elem = (lane % 16) * row_v + (lane / 16) * 8 + part * kDvPart;
+
+  for (int it = 0; it < num_tiles; ++it) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage `it` landed for all; stage it-1 is free for reuse
+    {
+      const int next = it + kStages - 1;
+      if (next < num_tiles) load_stage(next);
+      cp_async_commit();
+    }
+    const T* stage_k = ring_s + (it % kStages) * stage_elems + stream * kKeys * kRowK;
+    const T* stage_v = v_aliases_k ? stage_k
+                                   : ring_s + (it % kStages) * stage_elems + kStageKeys * kRowK +
+                                         stream * kKeys * kRowV;
+    const int stage_key0 = key_begin + it * kStageKeys;
+    const int key0 = stage_key0 + stream * kKeys;
+
+    // S = Q K^T: 16 rows x this stream's 16 keys.
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+    const uint32_t k_frag = shared_address(stage_k + k_frag_elem);
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk) {
+      uint32_t a[4], b[4];
+      ldmatrix_x4(a, q_frag + kk * 16 * sizeof(T));
+      ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
+      mma_16x8x16<T>(s[0], a, b[0], b[1]);
+      mma_16x8x16<T>(s[1], a, b[2], b[3]);
+    }
+
+    // Into the exp2 domain; mask unless the whole stage is visible to every row.
+    const bool full_stage =
+        !has_mask && stage_key0 >= keys.common_begin && stage_key0 + kStageKeys <= keys.common_end;
+    if (full_stage) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = e / 2, key = key0 + n * 8 + 2 * quad + (e % 2);
+          float x = minus_inf();
+          if (key < key_end && key >= range[r].x && key < range[r].y) {
+            x = s[n][e] * p.scale_log2;
+            if (has_mask) x += mask_term(p, mask_row[r], key);
+          }
+          s[n][e] = x;
+        }
+    }
+
+    // Online softmax per row (a row's 16 scores sit in the 4 lanes of a quad).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float tile_max =
+          quad_max(fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1])));
+      const float new_max = fmaxf(row_max[r], tile_max);
+      // A row that has seen no key keeps max -inf: subtract 0, so exp2 gives 0, not NaN.
+      const float base = new_max == minus_inf() ? 0.f : new_max;
+      const float correction = fast_exp2(row_max[r] - base);
+      row_max[r] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        s[n][2 * r] = fast_exp2(s[n][2 * r] - base);
+        s[n][2 * r + 1] = fast_exp2(s[n][2 * r + 1] - base);
+        sum += s[n][2 * r] + s[n][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * correction + sum;
+#pragma unroll
+      for (int n = 0; n < kDvPart / 8; ++n) {
+        o[n][2 * r] *= correction;
+        o[n][2 * r + 1] *= correction;
+      }
+    }
+
+    // O += P V: the S accumulators are the A fragment of the 16-key k-step.
+    uint32_t a[4];
+    a[0] = pack_pair<T>(s[0][0], s[0][1]);
+    a[1] = pack_pair<T>(s[0][2], s[0][3]);
+    a[2] = pack_pair<T>(s[1][0], s[1][1]);
+    a[3] = pack_pair<T>(s[1][2], s[1][3]);
+    const uint32_t v_frag = shared_address(stage_v + v_frag_elem);
+#pragma unroll
+    for (int n2 = 0; n2 < kDvPart / 16; ++n2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
+      mma_16x8x16<T>(o[2 * n2], a, b[0], b[1]);
+      mma_16x8x16<T>(o[2 * n2 + 1], a, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- the streams' (max, sum) and O into shared memory, then the epilogue
+  __syncthreads();  // every warp is done with the ring: the merge reuses it
+  float* merge_s = reinterpret_cast<float*>(ring_s);  // [streams][16][DV]
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float sum = quad_sum(row_sum[r]);
+    const int row = group + 8 * r;
+    if (part == 0 && quad == 0) stats_s[stream * kRows + row] = make_float2(row_max[r], sum);
+    float* dst = merge_s + (stream * kRows + row) * DV + part * kDvPart + 2 * quad;
+#pragma unroll
+    for (int n = 0; n < kDvPart / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+  }
+  __syncthreads();
+  store_block_rows<T, kStreams, kRows, DV>(p, blk, stats_s, merge_s);
+}
+
+template <typename T, int DQK, int DV>
+void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
+  const auto kernel = decode_mma_kernel<T, DQK, DV>;
+  const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
+  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
+                 "decode_mma_kernel");
+  kernel<<<static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream>>>(p);
+  check(cudaGetLastError(), "decode_mma_kernel<<<>>>");
+  if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
+}
+
+template <typename T, int DQK, int DV>
+int mma_blocks_per_sm(int /*rows_per_kv_head*/, bool v_aliases_k) {
+  const auto kernel = decode_mma_kernel<T, DQK, DV>;
+  const size_t smem = decode_mma_smem_bytes(DQK, DV, v_aliases_k);
+  prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
+                 "decode_mma_kernel");
+  int blocks = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kDecodeMmaWarps * 32, smem),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return blocks;
+}
+
+}  // namespace decode_kernel
+
+}  // namespace fsdpa::detail::cuda
