@@ -100,8 +100,18 @@ if [ "$STAGES" = all ] || [ "$STAGES" = bench ]; then
   say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
   t0=$(date +%s)
   timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
-    --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" >"$OUT/bench-decode.log" 2>&1
+    --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
+    >"$OUT/bench-decode.log" 2>&1
   say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+  # Decode vs prefill per Lq (the decode limit kDecodeMaxLenQ). route_bench is a
+  # bench target, which the build above leaves out: configure it in, build it here.
+  t0=$(date +%s)
+  { cmake -S . -B $BUILD -DFSDPA_BUILD_BENCH=ON && timeout $(limit 120) ninja -C $BUILD -j16 route_bench; } \
+    >"$OUT/route-build.log" 2>&1 &&
+    timeout "$(limit ${ROUTE_BENCH_TIMEOUT:-120})" $BUILD/bin/route_bench --json "$OUT/bench/route.json" \
+      --markdown "$OUT/bench/route.md" >"$OUT/bench-route.log" 2>&1
+  say "route bench: rc=$? $(($(date +%s) - t0)) s"
+  grep -E '^crossover' "$OUT/bench-route.log" 2>/dev/null | tee -a "$SUMMARY"
   $BUILD/bin/fsdpa plan --matrix >"$OUT/bench/support-matrix.md" 2>&1
   timeout $(limit 120) $BUILD/bin/fsdpa --json "$OUT/bench/fsdpa-default.json" >"$OUT/bench/fsdpa-default.txt" 2>"$OUT/fsdpa-default.err"
   say "fsdpa default run: rc=$? $(tail -1 "$OUT/bench/fsdpa-default.txt")"
