@@ -22,6 +22,9 @@ namespace fsdpa::detail::cuda {
 namespace prefill_impl {
 
 constexpr float kMinusInf = -__builtin_huge_valf();
+// How far (log2 units) a row's scores may exceed its reference max before the
+// max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
+constexpr float kRescaleSlack = 8.0f;
 
 }  // namespace prefill_impl
 
@@ -189,16 +192,18 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
               s[m][n][2 * r + e] = value;
             }
         }
-    } else {
-#pragma unroll
-      for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-        for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][n][e] *= p.scale_log2;
     }
+    // Unmasked tiles keep raw scores; the scale joins the exp2's FMA (scale > 0,
+    // so the raw maximum scales to the scaled one).
+    const float score_scale = need_mask ? 1.0f : p.scale_log2;
 
-    // Online softmax: new row max, rescale the running sum and O, P = 2^(S - max).
+    // Online softmax with lazy rescaling: a row's reference max moves only when
+    // the tile's max exceeds it by more than kRescaleSlack (log2 units), so P =
+    // 2^(S - max) stays below 2^kRescaleSlack and most tiles skip the
+    // O *= correction pass (Dv / 2 multiplies per row tile and lane); the final
+    // division by the row sum cancels whichever max was used.
+    float correction[kRowTiles][2];
+    bool any_rescale = false;
 #pragma unroll
     for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -207,27 +212,32 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n)
           tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-        tile_max = quad_max(tile_max);
-        const float new_max = fmaxf(row_max[m][r], tile_max);
+        tile_max = quad_max(tile_max) * score_scale;
+        // -inf + slack is -inf: a row's first tile with a visible key always moves it.
+        const bool move = tile_max > row_max[m][r] + kRescaleSlack;
+        correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
+        if (move) row_max[m][r] = tile_max;
+        any_rescale |= move;
         // A row that has seen no key yet keeps max -inf; subtract 0 instead
         // so that exp2 gives 0, never NaN.
-        const float base = new_max == kMinusInf ? 0.0f : new_max;
-        const float correction = fast_exp2(row_max[m][r] - base);
-        row_max[m][r] = new_max;
+        const float base = row_max[m][r] == kMinusInf ? 0.0f : row_max[m][r];
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n) {
-          s[m][n][2 * r] = fast_exp2(s[m][n][2 * r] - base);
-          s[m][n][2 * r + 1] = fast_exp2(s[m][n][2 * r + 1] - base);
+          s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], score_scale, -base));
+          s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], score_scale, -base));
           sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
         }
-        row_sum[m][r] = row_sum[m][r] * correction + sum;
-#pragma unroll
-        for (int n = 0; n < kDvTiles; ++n) {
-          o[m][n][2 * r] *= correction;
-          o[m][n][2 * r + 1] *= correction;
-        }
+        row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
       }
+    if (__any_sync(0xffffffffu, any_rescale)) {
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+        for (int n = 0; n < kDvTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[m][n][e] *= correction[m][e / 2];
+    }
 
     // O += P V: the S accumulators are already in the A-fragment layout.
     const uint32_t v_fragment_base =
