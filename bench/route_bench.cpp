@@ -90,6 +90,9 @@ const Shape kShapes[] = {
     {"B1 H32/8 Lk32768 D256", 1, 32, 8, 32768, 256, 256},
     {"B8 H32/8 Lk8192 D128", 8, 32, 8, 8192, 128, 128},
     {"B1 H16/16 Lk32768 D128 (MHA)", 1, 16, 16, 32768, 128, 128},
+    // GQA 8 (Llama 3 70B): more packed rows per kv head, so more decode row chunks.
+    {"B1 H64/8 Lk8192 D128 (GQA 8)", 1, 64, 8, 8192, 128, 128},
+    {"B4 H64/8 Lk8192 D128 (GQA 8)", 4, 64, 8, 8192, 128, 128},
 };
 const int64_t kLenQ[] = {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128};
 // --quick: one shape, a few lengths on both sides of the limit.

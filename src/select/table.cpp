@@ -20,8 +20,8 @@ const KernelRow kTable[] = {
     // Few queries: split-K over the keys; routed by the decode row's supports().
     {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
      cuda::decode_configure, cuda::decode_launch,
-     "few-query shapes (Lq <= 16, by measurement: bench/results/h200-route.md): split-K on "
-     "tensor cores (f16/bf16) or CUDA cores (f32) + combine"},
+     "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
+     "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
      "bf16/f16, every Dqk, Dv <= 256 (buckets of 16; 96/64 and 192/128 pairs): tiled online "

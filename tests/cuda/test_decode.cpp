@@ -360,7 +360,7 @@ TEST(Decode, Mla) {
 
 TEST(Decode, CausalFewQueries) {
   for (CausalAlign align : {CausalAlign::BottomRight, CausalAlign::TopLeft})
-    for (int64_t lq : {2, 5, 16})
+    for (int64_t lq : {2, 5, 16, 32})
       for (int64_t lk : {3, 37, 577}) {
         Case c;
         c.causal = true;
@@ -459,7 +459,7 @@ TEST(DecodeErrors, Reasons) {
   Problem p = decode_problem();
   EXPECT_TRUE(detail::cuda::decode_supports(p, {}).ok);
   p.len_q = 4096;
-  EXPECT_EQ(decline(p), "len_q=4096 exceeds the decode limit 16 (prefill family)");
+  EXPECT_EQ(decline(p), "len_q=4096 exceeds the decode limit 32 (prefill family)");
   p = decode_problem();
   p.head_dim_qk = 1040;
   EXPECT_EQ(decline(p), "head_dim_qk=1040 exceeds the largest fused size 576");

@@ -31,21 +31,27 @@ __device__ __forceinline__ void cp_async_wait() {
 // global matrix into shared memory (row stride kStride elements), zero-filling
 // rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
 // end cost no padded copy and no out-of-bounds read. T is a 16-bit type.
-template <int kRows, int kCols, int kStride, int kThreads, typename T>
+// With kFillColumnTail false, chunks wholly past num_cols are left alone (no
+// instruction at all): the caller keeps those shared-memory columns zero, or
+// never reads them. kUnroll: see the loop.
+template <int kRows, int kCols, int kStride, int kThreads, typename T, bool kFillColumnTail = true,
+          int kUnroll = 1>
 __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_t row_stride,
                                               int row0, int num_rows, int num_cols) {
   static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kChunks = kRows * kChunksPerRow;
-  // Not unrolled: unrolled, the per-chunk addresses are hoisted out of the
-  // key loop as 64-bit registers and push S and O into local memory (ptxas).
-#pragma unroll 1
+  // Not unrolled by default: unrolled, the prefill kernel's per-chunk
+  // addresses are hoisted out of its key loop as 64-bit registers and push S
+  // and O into local memory (ptxas). Kernels with registers to spare unroll.
+#pragma unroll kUnroll
   for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
     const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
     if (kChunks % kThreads != 0 && chunk >= kChunks) break;
     const int row = chunk / kChunksPerRow;
     const int col = (chunk % kChunksPerRow) * 8;
     const int remaining = num_cols - col;
+    if (!kFillColumnTail && remaining <= 0) continue;
     int bytes = remaining >= 8 ? 16 : (remaining > 0 ? remaining * 2 : 0);
     if (row0 + row >= num_rows) bytes = 0;
     const T* source =

@@ -9,13 +9,13 @@ namespace fsdpa::detail::cuda {
 
 // The decode limit of DESIGN.md's selection table, chosen by measurement
 // (bench/route_bench.cpp, results in bench/results/h200-route.md: both
-// families timed on the same tensors at Lq 1..128, bf16, five shapes). Decode
-// was faster at every Lq <= 16 in every shape (1.8-32x); the smallest
-// crossover was between 16 and 24 (B=8 Hq=32 Hkv=8 Lk=8192 D=128: 297 vs
-// 545 us at 16, 585 vs 542 at 24). At B=1 decode stays faster up to Lq=64-128,
-// because the prefill grid has B * Hq * ceil(Lq / 128) blocks and no key
-// split (32 blocks on 132 SMs); the limit is the smallest crossover.
-inline constexpr int64_t kDecodeMaxLenQ = 16;
+// families timed on the same tensors at Lq 1..128, bf16, seven shapes).
+// Decode was faster at every Lq <= 32 in every shape; the smallest crossover
+// was between 32 and 48 (B=8 Hq=32 Hkv=8 Lk=8192 D=128: 464 vs 560 us at 32,
+// 699 vs 561 at 48). At B=1 decode stays faster up to Lq=128, because the
+// prefill grid has B * Hq * ceil(Lq / 128) blocks and no key split (32
+// blocks on 132 SMs); the limit is the smallest crossover.
+inline constexpr int64_t kDecodeMaxLenQ = 32;
 // The largest head dims the compiled buckets cover (576/512: DeepSeek MLA).
 inline constexpr int64_t kDecodeMaxHeadDimQk = 576;
 inline constexpr int64_t kDecodeMaxHeadDimV = 512;
@@ -127,9 +127,9 @@ constexpr DecodeSmemLayout decode_smem_layout(int elem_bytes, int dqk, int dv, b
 // and smaller stages let two blocks share an SM). All warps share one
 // cp.async ring whose stages hold 16 keys per stream.
 inline constexpr int kDecodeMmaRows = 16;
-inline constexpr int kDecodeMmaWarps = 4;
+inline constexpr int kDecodeMmaWarps = 8;
 inline constexpr int kDecodeMmaKeysPerStream = 16;  // one k-step of P.V
-inline constexpr int kDecodeMmaMaxDvPerWarp = 256;
+inline constexpr int kDecodeMmaMaxDvPerWarp = 128;
 inline constexpr int kDecodeMmaMaxStages = 4;
 // Shared memory a block may take when two blocks share an SM (228 KB per SM,
 // 1 KB reserved per block), and the opt-in limit of one block (227 KB).
@@ -148,24 +148,36 @@ struct DecodeMmaConfig {
 // consecutive keys then start in different banks.
 constexpr int decode_mma_row(int dim) { return dim + 8; }
 
+// Whether the warps of a stream split its Q.K k-steps and exchange partial
+// scores (4 or more Dv parts), or each computes the whole S (2 parts). A/B on
+// the H200 (bench/NOTES.md, decode round 7): splitting won where the repeated
+// work dominates (D=512, 8 parts: 57 -> 66% of the copy ceiling at
+// Lk=131072; D=256, 4 parts: 79 -> 84%; MLA, 4 parts: 51 -> 64 TFLOP/s), while
+// at D=128 the exchange's 8 KB of shared memory cost the 2-part, 3-stage
+// tiling (87 -> 58% with the 4-part tiling it forced).
+constexpr bool decode_mma_split_qk(int streams) { return kDecodeMmaWarps / streams >= 4; }
+
 struct DecodeMmaSmem {
-  size_t q, stats, stage, stages, total;
+  size_t q, stats, exchange, stage, stages, total;
 };
 
-// Layout: q [16][Dqk+8] (16-bit), stream stats [streams][16] float2, then
-// the stage ring, which the cross-stream merge [streams][16][Dv] f32 reuses
-// at the end. With v aliasing k (MLA) a stage holds the K rows only.
+// Layout: q [16][Dqk+8] (16-bit), stream stats [streams][16] float2, the
+// partial-score exchange of warps that share a stream ([warps][32 lanes][8]
+// f32, when they split Q.K), then the stage ring, which the cross-stream merge
+// [streams][16][Dv] f32 reuses at the end. With v aliasing k (MLA) a stage
+// holds the K rows only.
 constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams,
                                         bool v_aliases_k) {
   DecodeMmaSmem l{};
   l.q = size_t(kDecodeMmaRows) * decode_mma_row(dqk) * 2;
   l.stats = size_t(streams) * kDecodeMmaRows * 8;
+  l.exchange = decode_mma_split_qk(streams) ? size_t(kDecodeMmaWarps) * 32 * 8 * 4 : 0;
   l.stage = size_t(streams) * kDecodeMmaKeysPerStream *
             (decode_mma_row(dqk) + (v_aliases_k ? 0 : decode_mma_row(dv))) * 2;
   const size_t ring = l.stage * stages;
   const size_t merge = size_t(streams) * kDecodeMmaRows * dv * 4;
   l.stages = ring > merge ? ring : merge;
-  l.total = l.q + l.stats + l.stages;
+  l.total = l.q + l.stats + l.exchange + l.stages;
   return l;
 }
 
@@ -178,26 +190,26 @@ constexpr bool decode_mma_tiled_for_alias(int dqk, int dv) { return dqk == 576 &
 constexpr int decode_mma_stages_within(int dqk, int dv, int parts, size_t budget) {
   const DecodeMmaSmem one =
       decode_mma_smem(dqk, dv, 1, kDecodeMmaWarps / parts, decode_mma_tiled_for_alias(dqk, dv));
-  const size_t fixed = one.q + one.stats;
+  const size_t fixed = one.q + one.stats + one.exchange;
   const int n = budget > fixed ? int((budget - fixed) / one.stage) : 0;
   return n > kDecodeMmaMaxStages ? kDecodeMmaMaxStages : n;
 }
 
-// Measured on the H200 (bench/NOTES.md, decode rounds 4-5; B=1 Hq=32 Hkv=8
-// Lk=131072, share of the copy ceiling): one block of 4 warps per SM streams
-// worse than two (D=256: 59% with one block and 3 stages, 70% with two blocks,
-// 2 Dv parts, 3 stages), and one key stream of 16 keys per stage worse than two
-// (288: 68% with 2 streams and 2 stages, 50% with 1 stream and 4 stages). So:
-// two blocks per SM with two streams (3 stages, else 2), the fewest Dv parts
-// first; else two blocks with one stream of 4 Dv parts; else one block per
-// SM. MLA's bucket is compute-bound (128 heads on one latent), so it takes the
-// fewest repeated Q.K products (Dv parts) before deeper stages.
+// Measured on the H200 (bench/NOTES.md, decode rounds 4-6; B=1 Hq=32 Hkv=8
+// Lk=131072, share of the copy ceiling): one block of 4 warps per SM streamed
+// worse than two (D=256: 59% against 70%), one key stream of 16 keys per
+// stage worse than two (288: 50% against 68%), and 8 warps per block better
+// than 4 (D=128: 86% against 82%, same machine). So: two blocks per SM with
+// at least two streams (3 stages, else 2), the fewest Dv parts first; else
+// two blocks with one stream; else one block per SM. Four or more warps
+// that share a stream split the Q.K product (decode_mma_split_qk).
 constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
-  const int min_parts = dv > 2 * kDecodeMmaMaxDvPerWarp ? 4 : (dv > kDecodeMmaMaxDvPerWarp ? 2 : 1);
-  const int first_want = decode_mma_tiled_for_alias(dqk, dv) ? 2 : 3;
+  int min_parts = 1;
+  while (dv > min_parts * kDecodeMmaMaxDvPerWarp) min_parts *= 2;
   int parts = min_parts, stages = 0, blocks = 1;
-  for (int max_parts = 2; max_parts <= kDecodeMmaWarps && stages == 0; max_parts *= 2)
-    for (int want = first_want; want >= 2 && stages == 0; --want)
+  for (int max_parts = kDecodeMmaWarps / 2; max_parts <= kDecodeMmaWarps && stages == 0;
+       max_parts *= 2)
+    for (int want = 3; want >= 2 && stages == 0; --want)
       for (int p = min_parts; p <= max_parts && stages == 0; p *= 2) {
         const int n = decode_mma_stages_within(dqk, dv, p, kDecodeMmaTwoBlockBytes);
         if (dv % (16 * p) == 0 && n >= want) parts = p, stages = n, blocks = 2;
@@ -223,10 +235,6 @@ constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv) {
   return {t.rows, t.keys_per_warp * t.warps};
 }
 
-static_assert(decode_mma_config(128, 128).dv_parts == 1 && decode_mma_config(128, 128).stages == 3);
-static_assert(decode_mma_config(256, 256).dv_parts == 2 && decode_mma_config(256, 256).stages == 3);
-static_assert(decode_mma_config(576, 512).dv_parts == 2 &&
-              decode_mma_config(576, 512).min_blocks == 2);
 // Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.
 static_assert(decode_mma_config(64, 64).stages >= 2 && decode_mma_config(512, 512).stages >= 2);
 static_assert(decode_mma_smem_bytes(576, 512, false) <= kDecodeMmaOneBlockBytes);

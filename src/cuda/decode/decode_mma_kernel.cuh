@@ -43,15 +43,25 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   constexpr int kStageKeys = kConfig.keys_per_stage;
   constexpr int kStages = kConfig.stages;
   constexpr int kDvPart = DV / kConfig.dv_parts;  // columns of O per warp
+  constexpr int kParts = kConfig.dv_parts;
+  // Warps of a stream that each take a share of the Q.K k-steps: all of them
+  // (decode_mma_split_qk), or one, each warp computing the whole S.
+  constexpr int kQkShares = decode_mma_split_qk(kStreams) ? kParts : 1;
+  constexpr int kKSteps = DQK / 16;
+  constexpr int kKStepsPerShare = (kKSteps + kQkShares - 1) / kQkShares;
   constexpr int kRowK = decode_mma_row(DQK), kRowV = decode_mma_row(DV), kRowQ = kRowK;
   constexpr DecodeMmaSmem kSmem =
       decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false);
   static_assert(DQK % 16 == 0 && kDvPart % 16 == 0 && kKeys == 16);
+  // Copy loops unrolled (addresses computed ahead, fewer dependent integer
+  // chains per stage) where the registers allow: 576/512 spilled at 8.
+  constexpr int kLoadUnroll = DQK <= 256 ? 8 : 2;
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
   float2* stats_s = reinterpret_cast<float2*>(smem + kSmem.q);
-  T* ring_s = reinterpret_cast<T*>(smem + kSmem.q + kSmem.stats);
+  float* exchange_s = reinterpret_cast<float*>(smem + kSmem.q + kSmem.stats);  // [warps][32][8]
+  T* ring_s = reinterpret_cast<T*>(smem + kSmem.q + kSmem.stats + kSmem.exchange);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane / 4, quad = lane % 4;
@@ -75,14 +85,25 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       static_cast<const T*>(p.k) + blk.batch * p.k_strides.batch + blk.kv_head * p.k_strides.head;
   const T* v_rows =
       static_cast<const T*>(p.v) + blk.batch * p.v_strides.batch + blk.kv_head * p.v_strides.head;
+  // Columns past the real head dims are never copied: the K tail is zeroed
+  // once here (Q's tail is zero, but 0 x NaN from stale shared memory is not),
+  // and the V tail only feeds O columns that are never stored. Copies of
+  // head-dim tails cost as much as full ones (72 in the 128 bucket ran as
+  // slowly as 128: bench/NOTES.md, decode round 6).
+  for (int idx = tid; idx < kStages * kStageKeys * (DQK / 8); idx += kThreads) {
+    const int row = idx / (DQK / 8), col = idx % (DQK / 8) * 8;
+    if (col >= p.head_dim_qk)
+      *reinterpret_cast<uint4*>(ring_s + row / kStageKeys * stage_elems + row % kStageKeys * kRowK +
+                                col) = make_uint4(0, 0, 0, 0);
+  }
   auto load_stage = [&](int tile) {
     T* k_dst = ring_s + (tile % kStages) * stage_elems;
     const int key0 = key_begin + tile * kStageKeys;
-    cp_async_tile<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0, key_end,
-                                                    p.head_dim_qk);
+    cp_async_tile<kStageKeys, DQK, kRowK, kThreads, T, false, kLoadUnroll>(
+        k_dst, k_rows, p.k_strides.row, key0, key_end, p.head_dim_qk);
     if (!v_aliases_k)
-      cp_async_tile<kStageKeys, DV, kRowV, kThreads>(k_dst + kStageKeys * kRowK, v_rows,
-                                                     p.v_strides.row, key0, key_end, p.head_dim_v);
+      cp_async_tile<kStageKeys, DV, kRowV, kThreads, T, false, kLoadUnroll>(
+          k_dst + kStageKeys * kRowK, v_rows, p.v_strides.row, key0, key_end, p.head_dim_v);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -132,7 +153,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
     const int stage_key0 = key_begin + it * kStageKeys;
     const int key0 = stage_key0 + stream * kKeys;
 
-    // S = Q K^T: 16 rows x this stream's 16 keys.
+    // S = Q K^T: 16 rows x this stream's 16 keys. With kQkShares > 1 the
+    // warps of a stream (its Dv parts) each take a share of the k-steps, then
+    // add the partial scores through shared memory in the same order, so all
+    // hold the same S.
     float s[2][4];
 #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -140,12 +164,33 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
     const uint32_t k_frag = shared_address(stage_k + k_frag_elem);
 #pragma unroll
-    for (int kk = 0; kk < DQK / 16; ++kk) {
+    for (int j = 0; j < kKStepsPerShare; ++j) {
+      const int kk = (kQkShares > 1 ? part : 0) * kKStepsPerShare + j;
+      if (kKSteps % kQkShares != 0 && kk >= kKSteps) break;
       uint32_t a[4], b[4];
       ldmatrix_x4(a, q_frag + kk * 16 * sizeof(T));
       ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
       mma_16x8x16<T>(s[0], a, b[0], b[1]);
       mma_16x8x16<T>(s[1], a, b[2], b[3]);
+    }
+    if constexpr (kQkShares > 1) {
+      float4* mine = reinterpret_cast<float4*>(exchange_s + (warp * 32 + lane) * 8);
+      mine[0] = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+      mine[1] = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+      // Named barrier 1 + stream over the stream's warps (0 is __syncthreads).
+      asm volatile("bar.sync %0, %1;\n" ::"r"(1 + stream), "r"(kParts * 32) : "memory");
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] = 0.f;
+#pragma unroll
+      for (int q = 0; q < kParts; ++q) {
+        const float4* theirs =
+            reinterpret_cast<const float4*>(exchange_s + ((stream * kParts + q) * 32 + lane) * 8);
+        const float4 lo = theirs[0], hi = theirs[1];
+        s[0][0] += lo.x, s[0][1] += lo.y, s[0][2] += lo.z, s[0][3] += lo.w;
+        s[1][0] += hi.x, s[1][1] += hi.y, s[1][2] += hi.z, s[1][3] += hi.w;
+      }
     }
 
     // Into the exp2 domain; mask unless the whole stage is visible to every row.
