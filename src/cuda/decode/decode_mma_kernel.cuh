@@ -6,14 +6,16 @@
 // once per row chunk (once in total for groups of up to 16 rows). The warps
 // are key streams: stream s of a stage takes its 16 keys, computes S = Q K^T
 // (16 x 16) on tensor cores, runs its own online softmax in the exp2 domain
-// and accumulates O += P V with P straight from the S registers. When
-// Dv > 256 two warps share a stream and each accumulates half of Dv (both
-// compute the same S). All warps share one cp.async ring of key stages; at the
-// end the streams merge in shared memory (decode_common.cuh's epilogue),
-// writing the final rows (one split) or the split's partial for the combine
-// kernel. The tensor cores do at least 16 rows of work per key whatever the
-// group size, far below their rate at decode's bandwidth, so the kernel is
-// bound by the K/V stream.
+// and accumulates O += P V with P straight from the S registers. Groups of
+// 2-8 warps may share a stream, each accumulating a part of Dv (fewer
+// registers, so two blocks fit an SM); from 4 parts on they also split the
+// Q.K k-steps and add their partial S through shared memory
+// (decode_config.h says which tiling each bucket gets and why). All 8 warps
+// share one cp.async ring of key stages; at the end the streams merge in
+// shared memory (decode_common.cuh's epilogue), writing the final rows (one
+// split) or the split's partial for the combine kernel. The tensor cores
+// do 16 rows of work per key whatever the group size, far below their rate
+// at decode's bandwidth, so the kernel is bound by the K/V stream.
 #pragma once
 
 #include <cuda_runtime.h>
