@@ -121,11 +121,11 @@ constexpr DecodeSmemLayout decode_smem_layout(int elem_bytes, int dqk, int dv, b
 // ------------------------------------------------------------ tensor cores
 // The split kernel for f16/bf16 (decode_mma_kernel.cuh). One block computes
 // one m16 row tile: 16 packed rows (heads of the kv group x query positions;
-// a group with more rows takes more blocks). Its 4 warps are key streams,
-// each with its own online softmax, or groups of 2 or 4 warps share a stream
+// a group with more rows takes more blocks). Its 8 warps are key streams,
+// each with its own online softmax, or groups of 2-8 warps share a stream
 // and split Dv (a 16 x Dv accumulator tile costs Dv / 2 registers per lane,
-// and smaller stages let two blocks share an SM). All warps share one
-// cp.async ring whose stages hold 16 keys per stream.
+// and fewer streams mean smaller stages, so two blocks share an SM). All
+// warps share one cp.async ring whose stages hold 16 keys per stream.
 inline constexpr int kDecodeMmaRows = 16;
 inline constexpr int kDecodeMmaWarps = 8;
 inline constexpr int kDecodeMmaKeysPerStream = 16;  // one k-step of P.V

@@ -55,6 +55,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   constexpr DecodeMmaSmem kSmem =
       decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false);
   static_assert(DQK % 16 == 0 && kDvPart % 16 == 0 && kKeys == 16);
+  static_assert(
+      decode_mma_smem(DQK, DV, kStages, kStreams, decode_mma_tiled_for_alias(DQK, DV)).total <=
+          (kConfig.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes),
+      "the tiling fits the shared memory its occupancy assumes");
   // Copy loops unrolled (addresses computed ahead, fewer dependent integer
   // chains per stage) where the registers allow: 576/512 spilled at 8.
   constexpr int kLoadUnroll = DQK <= 256 ? 8 : 2;
