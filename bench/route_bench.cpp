@@ -18,9 +18,9 @@
 // prefill_launch, called directly, so decode also runs above its own len_q
 // limit (decode_supports' only refusal for these shapes, checked below; the
 // other conditions are checked on the problem with len_q clamped to the
-// limit). Each Plan is filled as select/plan.cpp's make_plan() fills it before
-// a row's configure(); the workspace (plan.workspace_bytes) is cudaMalloc'ed
-// once per case.
+// limit). Each Plan comes from detail::plan_for_row (plan()'s own plan of
+// that row); the workspace (plan.workspace_bytes) is cudaMalloc'ed once per
+// case.
 //
 // Time: per-call microseconds, the median of 5 runs of N back-to-back launches
 // on one stream between two CUDA events, N chosen so a run lasts >= 2 ms
@@ -192,24 +192,13 @@ std::string json_number(double x) {
   return s.str();
 }
 
-// The Plan of the named selection-table row, filled as make_plan() in
-// select/plan.cpp fills it before calling the row's configure().
+// The plan of the named selection-table row for the problem, its configure()
+// called but not its supports() (decode is timed above its len_q limit).
 Plan row_plan(const char* row_name, const Problem& problem, const Options& options) {
   const auto table = fsdpa::detail::selection_table();
-  for (size_t i = 0; i < table.size(); ++i) {
-    const fsdpa::detail::KernelRow& row = table[i];
-    if (std::strcmp(row.name, row_name) != 0) continue;
-    Plan p;
-    p.problem = problem;
-    p.options = options;
-    p.policy = fsdpa::detail::resolve_policy(options);
-    p.scale = fsdpa::detail::resolve_scale(options, problem.head_dim_qk);
-    p.backend = row.backend;
-    p.path = row.path;
-    p.kernel = row.name;
-    p.table_row = static_cast<int>(i);
-    return p;
-  }
+  for (size_t i = 0; i < table.size(); ++i)
+    if (std::strcmp(table[i].name, row_name) == 0)
+      return fsdpa::detail::plan_for_row(problem, options, static_cast<int>(i));
   throw std::runtime_error(std::string("no selection-table row ") + row_name +
                            " in this build (is the CUDA backend built?)");
 }
@@ -436,9 +425,7 @@ void measure(Row& row, const Shape& s, const ShapeData& d, cudaStream_t stream) 
   }
 
   Plan decode = row_plan("cuda_fused_decode", problem, options);
-  fc::decode_configure(problem, decode);
   Plan prefill = row_plan("cuda_fused_prefill", problem, options);
-  fc::prefill_configure(problem, prefill);
   row.decode_splits = decode.num_kv_splits;
   row.decode_workspace = decode.workspace_bytes;
   const DeviceBuffer decode_ws(decode.workspace_bytes);

@@ -86,6 +86,18 @@ Plan make_plan(const Problem& problem, const Options& options, Policy policy, in
 
 }  // namespace
 
+namespace detail {
+
+Plan plan_for_row(const Problem& problem, const Options& options, int row_index) {
+  check_options(options);
+  if (row_index < 0 || row_index >= static_cast<int>(selection_table().size()))
+    throw_invalid("plan_for_row: row " + std::to_string(row_index) + " of a table of " +
+                  std::to_string(selection_table().size()));
+  return make_plan(problem, options, resolve_policy(options), row_index, "");
+}
+
+}  // namespace detail
+
 Plan plan(const Problem& problem, const Options& options) {
   detail::check_options(options);
   const Policy policy = detail::resolve_policy(options);

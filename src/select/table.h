@@ -41,4 +41,10 @@ std::span<const KernelRow> selection_table();
 // Whether the backend was compiled into this library.
 bool backend_built(Backend backend);
 
+// The plan of row `row_index` of selection_table() for a problem, as plan()
+// makes it once that row is chosen (its configure() called), without asking
+// the row's supports(): for tools that time a row outside its routing limits
+// (bench/route_bench.cpp). Throws InvalidArgument for an index out of range.
+Plan plan_for_row(const Problem& problem, const Options& options, int row_index);
+
 }  // namespace fsdpa::detail

@@ -244,6 +244,26 @@ TEST(Plan, Deterministic) {
   EXPECT_EQ(a.explain(), b.explain());
 }
 
+// plan_for_row: the plan plan() makes once it has chosen that row.
+TEST(Plan, ForRowMatchesPlan) {
+  const Problem problem = cpu_problem(37, 97);
+  const Plan chosen = plan(problem, with_policy(Policy::ForceFused));
+  const Plan direct =
+      detail::plan_for_row(problem, with_policy(Policy::ForceFused), chosen.table_row);
+  EXPECT_EQ(direct.kernel, chosen.kernel);
+  EXPECT_EQ(direct.explain(), chosen.explain());
+  const int rows = static_cast<int>(detail::selection_table().size());
+  for (int bad : {-1, rows}) {
+    try {
+      detail::plan_for_row(problem, {}, bad);
+      ADD_FAILURE() << "row " << bad << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()), "fsdpa: plan_for_row: row " + std::to_string(bad) +
+                                           " of a table of " + std::to_string(rows));
+    }
+  }
+}
+
 // describe() derives the facts the table selects on.
 TEST(Describe, ProblemFacts) {
   AttentionCase c;
