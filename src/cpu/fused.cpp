@@ -17,6 +17,9 @@ namespace fsdpa::detail::cpu {
 namespace {
 
 constexpr int kMaxThreads = 1024;
+// A key split streams at least this many keys: below it the partial write
+// and the combine pass cost more than the extra thread gains.
+constexpr int64_t kMinKeysPerSplit = 512;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 int64_t round_up(int64_t x, int64_t m) { return ceil_div(x, m) * m; }
@@ -27,9 +30,14 @@ const CpuTile& tile_for(int64_t head_dim) {
   throw Error("fsdpa: internal: no CPU tile row covers head_dim " + std::to_string(head_dim));
 }
 
-// The tiling fields of FusedArgs, from the problem alone (configure and
-// launch agree by construction).
-void set_tiling(const Problem& p, FusedArgs& a) {
+int64_t item_count(const FusedArgs& a) {
+  return a.batch * a.heads_kv * a.head_chunks * a.query_blocks;
+}
+
+// The tiling fields of FusedArgs, from the problem and the plan's thread
+// count alone (configure and launch agree by construction). Keys are split
+// only when the items cannot occupy the threads (decode with few kv heads).
+void set_tiling(const Problem& p, int threads, FusedArgs& a) {
   const CpuTile& tile = tile_for(std::max(p.head_dim_qk, p.head_dim_v));
   const int64_t group = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1;
   a.heads_per_tile = std::max<int64_t>(1, std::min(group, tile.rows));
@@ -48,36 +56,78 @@ void set_tiling(const Problem& p, FusedArgs& a) {
   a.heads_kv = p.heads_kv;
   a.len_q = p.len_q;
   a.len_k = p.len_k;
+  const int64_t items = item_count(a);
+  a.key_splits = 1;
+  if (items > 0 && items < threads)
+    a.key_splits =
+        std::max<int64_t>(1, std::min(ceil_div(threads, items), p.len_k / kMinKeysPerSplit));
 }
 
-int64_t item_count(const FusedArgs& a) {
-  return a.batch * a.heads_kv * a.head_chunks * a.query_blocks;
+// Bytes of the split partials (none without key splits), 64 bytes of slack
+// for their alignment.
+size_t partial_bytes(const FusedArgs& a) {
+  if (a.key_splits == 1) return 0;
+  return static_cast<size_t>(item_count(a) * a.key_splits * fused_partial_floats(a)) *
+             sizeof(float) +
+         64;
 }
 
-using ItemFn = void (*)(const FusedArgs&, std::byte*, int64_t);
+// One ISA's entry points.
+struct Kernel {
+  void (*unit)(const FusedArgs&, std::byte*, int64_t);
+  void (*combine)(const FusedArgs&, int64_t);
+};
 
 // AVX2+FMA+F16C when the CPU has all three, else the portable kernel.
 // FSDPA_CPU_ISA=generic forces the portable one (for testing it on any CPU).
-ItemFn pick_kernel() {
+Kernel pick_kernel() {
   const char* env = std::getenv("FSDPA_CPU_ISA");
   const std::string forced = env ? env : "";
   if (!forced.empty() && forced != "generic" && forced != "avx2")
     throw_invalid("FSDPA_CPU_ISA: expected generic or avx2, got '" + forced + "'");
-  if (forced == "generic") return fused_item_generic;
+  if (forced == "generic") return {fused_item_generic, fused_combine_generic};
 #if FSDPA_HAVE_AVX2_KERNEL
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c"))
-    return fused_item_avx2;
+    return {fused_item_avx2, fused_combine_avx2};
 #endif
   if (forced == "avx2")
     throw Unsupported("fsdpa: FSDPA_CPU_ISA=avx2 but this CPU or build lacks AVX2, FMA or F16C");
-  return fused_item_generic;
+  return {fused_item_generic, fused_combine_generic};
 }
 
-ItemFn kernel() {
-  static const ItemFn chosen = pick_kernel();
+const Kernel& kernel() {
+  static const Kernel chosen = pick_kernel();
   return chosen;
+}
+
+// Runs task(slot, index) for every index in [0, count) on `threads` threads
+// (slot: the thread's number, for its workspace), taking indices from a
+// shared counter. Threads are the only thing created here; if the system
+// refuses one, the threads already started and this one share the work.
+template <typename Task>
+void parallel_for(int threads, int64_t count, const Task& task) {
+  std::atomic<int64_t> next{0};
+  auto work = [&](int slot) {
+    for (;;) {
+      const int64_t index = next.fetch_add(1, std::memory_order_relaxed);
+      if (index >= count) return;
+      task(slot, index);
+    }
+  };
+  if (threads <= 1) {
+    work(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  try {
+    pool.reserve(static_cast<size_t>(threads - 1));
+    for (int slot = 1; slot < threads; ++slot) pool.emplace_back(work, slot);
+  } catch (...) {
+  }
+  work(0);
+  for (std::thread& thread : pool) thread.join();
 }
 
 }  // namespace
@@ -110,24 +160,26 @@ Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); 
 
 void fused_configure(const Problem& problem, Plan& plan) {
   kernel();  // surfaces a bad FSDPA_CPU_ISA at plan time
+  plan.num_threads = default_num_threads();
   FusedArgs a;
-  set_tiling(problem, a);
+  set_tiling(problem, plan.num_threads, a);
   plan.head_dim_qk_bucket = 0;
   plan.head_dim_v_bucket = 0;
   plan.pad_ratio = 1.0;
   plan.tile_q = a.heads_per_tile * a.queries_per_tile;
   plan.tile_k = a.tile_keys;
-  plan.num_kv_splits = 1;
-  plan.num_threads = default_num_threads();
-  plan.workspace_bytes = fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads);
+  plan.num_kv_splits = a.key_splits;
+  plan.workspace_bytes =
+      fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads) + partial_bytes(a);
 }
 
 void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
   FusedArgs a;
-  set_tiling(p, a);
+  set_tiling(p, plan.num_threads, a);
   const int64_t items = item_count(a);
   if (items == 0) return;  // B, H or Lq is 0
+  const int64_t units = items * a.key_splits;
 
   a.dtype = p.dtype;
   a.q = t.q.data;
@@ -159,37 +211,26 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   a.scale_log2 = static_cast<float>(plan.scale * 1.44269504088896340736);
 
   const size_t per_thread = fused_thread_bytes(a);
-  const int threads = static_cast<int>(std::min<int64_t>(std::max(plan.num_threads, 1), items));
-  if (per_thread * static_cast<size_t>(threads) > plan.workspace_bytes)
+  const int threads = static_cast<int>(std::min<int64_t>(std::max(plan.num_threads, 1), units));
+  const size_t threads_bytes = per_thread * static_cast<size_t>(threads);
+  if (threads_bytes + partial_bytes(a) > plan.workspace_bytes)
     throw Error("fsdpa: internal: CPU fused workspace " + std::to_string(plan.workspace_bytes) +
                 " bytes is less than " + std::to_string(per_thread) + " x " +
-                std::to_string(threads) + " threads");
+                std::to_string(threads) + " threads + " + std::to_string(partial_bytes(a)) +
+                " bytes of split partials");
+  std::byte* base = static_cast<std::byte*>(workspace);
+  if (a.key_splits > 1) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(base + threads_bytes);
+    a.partials = reinterpret_cast<float*>(base + threads_bytes + (64 - at % 64) % 64);
+  }
 
-  const ItemFn run_one = kernel();
-  std::atomic<int64_t> next{0};
-  auto work = [&](int slot) {
-    std::byte* scratch =
-        static_cast<std::byte*>(workspace) + per_thread * static_cast<size_t>(slot);
-    for (;;) {
-      const int64_t item = next.fetch_add(1, std::memory_order_relaxed);
-      if (item >= items) return;
-      run_one(a, scratch, item);
-    }
-  };
-  if (threads == 1) {
-    work(0);
-    return;
-  }
-  // Threads are the only thing created here; if the system refuses one, the
-  // threads already started and this one share all the items.
-  std::vector<std::thread> pool;
-  try {
-    pool.reserve(static_cast<size_t>(threads - 1));
-    for (int slot = 1; slot < threads; ++slot) pool.emplace_back(work, slot);
-  } catch (...) {
-  }
-  work(0);
-  for (std::thread& thread : pool) thread.join();
+  const Kernel& run = kernel();
+  parallel_for(threads, units, [&](int slot, int64_t unit) {
+    run.unit(a, base + per_thread * static_cast<size_t>(slot), unit);
+  });
+  if (a.key_splits > 1)
+    parallel_for(static_cast<int>(std::min<int64_t>(threads, items)), items,
+                 [&](int, int64_t item) { run.combine(a, item); });
 }
 
 }  // namespace fsdpa::detail::cpu

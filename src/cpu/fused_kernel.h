@@ -16,6 +16,12 @@
 // the thread's workspace, S^T = K.Q^T (vectorized over query rows), masks,
 // online softmax in base 2 (vectorized over rows), O = O*alpha + P.V
 // (vectorized over Dv). Memory is O(tile), independent of Lk.
+//
+// When there are fewer items than threads (decode with few kv heads), each
+// item's keys are split into key_splits ranges, one work unit each; a unit
+// then writes its unnormalized O with its running max and sum to
+// `partials`, and a second pass (fused_combine_*) merges an item's splits
+// and finalizes its rows.
 #pragma once
 
 #include <cstddef>
@@ -95,16 +101,31 @@ struct FusedArgs {
   int64_t tile_keys = 0;
   int64_t dqk_pad = 0;  // K row stride in the workspace (floats)
   int64_t dv_pad = 0;   // V / O row stride, a multiple of kCpuChunk
+  // Key ranges per item (split-K); > 1 only when items are fewer than threads.
+  int64_t key_splits = 1;
+  // key_splits > 1: fused_partial_floats() floats per work unit (64-byte aligned).
+  float* partials = nullptr;
 };
+
+// Floats of one work unit's partial result: O (rows_pad x dv_pad), then the
+// running max and sum (rows_pad each), rounded to 64 bytes.
+inline int64_t fused_partial_floats(const FusedArgs& a) {
+  return (a.rows_pad * a.dv_pad + 2 * a.rows_pad + 15) / 16 * 16;
+}
 
 // Bytes of workspace one thread needs (plus 64 bytes of alignment slack).
 size_t fused_thread_bytes(const FusedArgs& args);
 
-// Runs work item `item` (0 <= item < batch*heads_kv*head_chunks*query_blocks)
+// Runs work unit `unit` (0 <= unit < items * key_splits, items =
+// batch*heads_kv*head_chunks*query_blocks; unit = item * key_splits + split)
 // with the thread's workspace (fused_thread_bytes bytes, any alignment).
-void fused_item_generic(const FusedArgs& args, std::byte* workspace, int64_t item);
+void fused_item_generic(const FusedArgs& args, std::byte* workspace, int64_t unit);
+// key_splits > 1, after every unit ran: merges item `item`'s splits from
+// `partials` and writes its rows (out, lse).
+void fused_combine_generic(const FusedArgs& args, int64_t item);
 #if FSDPA_HAVE_AVX2_KERNEL
-void fused_item_avx2(const FusedArgs& args, std::byte* workspace, int64_t item);
+void fused_item_avx2(const FusedArgs& args, std::byte* workspace, int64_t unit);
+void fused_combine_avx2(const FusedArgs& args, int64_t item);
 #endif
 
 }  // namespace fsdpa::detail::cpu
@@ -147,6 +168,7 @@ constexpr double kLn2 = 0.693147180559945309417;
 
 inline int64_t imin(int64_t x, int64_t y) { return x < y ? x : y; }
 inline int64_t imax(int64_t x, int64_t y) { return x > y ? x : y; }
+inline float max_float(float x, float y) { return x > y ? x : y; }
 
 inline Vec load_vec(const float* p) {
   Vec v;
@@ -390,27 +412,72 @@ inline Workspace carve(const FusedArgs& a, std::byte* raw) {
 
 // ------------------------------------------------------------- one item
 
-template <DType D>
-void run_item(const FusedArgs& a, std::byte* raw, int64_t item) {
-  using T = typename Storage<D>::type;
-  const Workspace w = carve(a, raw);
-  const int64_t rp = a.rows_pad;
+// The rows of item `item`: row r is query i0 + r / nh of head h0 + r % nh.
+struct ItemRows {
+  int64_t b, g, h0, nh, i0, rows;
+};
 
+inline ItemRows item_rows(const FusedArgs& a, int64_t item) {
   // Heaviest query blocks first (causal), across all heads.
   const int64_t per_block = a.batch * a.heads_kv * a.head_chunks;
   const int64_t qblock = a.query_blocks - 1 - item / per_block;
   int64_t rest = item % per_block;
   const int64_t chunk = rest % a.head_chunks;
   rest /= a.head_chunks;
-  const int64_t g = rest % a.heads_kv;
-  const int64_t b = rest / a.heads_kv;
-
+  ItemRows x;
+  x.g = rest % a.heads_kv;
+  x.b = rest / a.heads_kv;
   const int64_t group = a.heads_q / a.heads_kv;
-  const int64_t h0 = g * group + chunk * a.heads_per_tile;
-  const int64_t nh = imin(a.heads_per_tile, group - chunk * a.heads_per_tile);
-  const int64_t i0 = qblock * a.queries_per_tile;
-  const int64_t nq = imin(a.queries_per_tile, a.len_q - i0);
-  const int64_t rows = nq * nh;  // row r: query i0 + r / nh, head h0 + r % nh
+  x.h0 = x.g * group + chunk * a.heads_per_tile;
+  x.nh = imin(a.heads_per_tile, group - chunk * a.heads_per_tile);
+  x.i0 = qblock * a.queries_per_tile;
+  x.rows = imin(a.queries_per_tile, a.len_q - x.i0) * x.nh;
+  return x;
+}
+
+// Writes row r of an item: m (running max, base 2) and l (running sum) over
+// its visible keys, acc its unnormalized output; the sink joins the
+// denominator, the LSE is computed in double.
+template <DType D>
+void finalize_row(const FusedArgs& a, const ItemRows& x, int64_t r, float m, float l,
+                  const float* acc) {
+  using T = typename Storage<D>::type;
+  const int64_t h = x.h0 + r % x.nh, i = x.i0 + r / x.nh;
+  const double row_max = static_cast<double>(m) * kLn2;  // natural units; -inf stays
+  const double sink = a.sinks ? static_cast<double>(a.sinks[h * a.sinks_stride])
+                              : -std::numeric_limits<double>::infinity();
+  const double top = (row_max > sink ? row_max : sink);
+  double factor = 0.0, lse = -std::numeric_limits<double>::infinity();
+  if (top != -std::numeric_limits<double>::infinity()) {
+    const double keep = std::exp(row_max - top);  // 0 when no key was visible
+    const double denominator = static_cast<double>(l) * keep + std::exp(sink - top);
+    factor = keep / denominator;
+    lse = top + std::log(denominator);
+  }
+  const float f = static_cast<float>(factor);
+  T* dst =
+      static_cast<T*>(a.out) + x.b * a.out_strides[0] + h * a.out_strides[1] + i * a.out_strides[2];
+  const int64_t s3 = a.out_strides[3];
+  if (factor == 0.0) {
+    for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(0.0f);
+  } else if (s3 == 1) {
+    for (int64_t c = 0; c < a.dv; ++c) dst[c] = narrow<D>(acc[c] * f);
+  } else {
+    for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(acc[c] * f);
+  }
+  if (a.lse)
+    a.lse[x.b * a.lse_strides[0] + h * a.lse_strides[1] + i * a.lse_strides[2]] =
+        static_cast<float>(lse);
+}
+
+template <DType D>
+void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
+  using T = typename Storage<D>::type;
+  const Workspace w = carve(a, raw);
+  const int64_t rp = a.rows_pad;
+  const ItemRows x = item_rows(a, unit / a.key_splits);
+  const int64_t split = unit % a.key_splits;
+  const int64_t b = x.b, g = x.g, h0 = x.h0, nh = x.nh, i0 = x.i0, rows = x.rows;
 
   // Q^T, scaled into the base-2 domain; padding rows are zero.
   for (int64_t r = 0; r < rp; ++r) {
@@ -440,13 +507,18 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t item) {
     all_begin = imax(all_begin, w.vb[r]);
     all_end = imin(all_end, w.ve[r]);
   }
+  if (a.key_splits > 1 && k_end > k_begin) {  // this unit's share of the union
+    const int64_t per_split = (k_end - k_begin + a.key_splits - 1) / a.key_splits;
+    k_begin += split * per_split;
+    k_end = imin(k_end, k_begin + per_split);
+  }
 
   for (int64_t r = 0; r < rp; ++r) {
     w.m[r] = kNegInf;
     w.l[r] = 0.0f;
   }
-  for (int64_t x = 0; x < rows * a.dv_pad; ++x) w.o[x] = 0.0f;
-  for (int64_t x = 0; x < a.tile_keys * a.dv_pad; ++x) w.vf[x] = 0.0f;
+  for (int64_t e = 0; e < rows * a.dv_pad; ++e) w.o[e] = 0.0f;
+  for (int64_t e = 0; e < a.tile_keys * a.dv_pad; ++e) w.vf[e] = 0.0f;
 
   const T* k_base = static_cast<const T*>(a.k) + b * a.k_strides[0] + g * a.k_strides[1];
   const T* v_base = static_cast<const T*>(a.v) + b * a.v_strides[0] + g * a.v_strides[1];
@@ -524,46 +596,69 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t item) {
     }
   }
 
-  // Finalize: sink, normalization, LSE (in double: once per row).
+  if (a.key_splits == 1) {
+    for (int64_t r = 0; r < rows; ++r) finalize_row<D>(a, x, r, w.m[r], w.l[r], w.o + r * a.dv_pad);
+    return;
+  }
+  // A split's partial: O unnormalized, with its running max and sum.
+  float* part = a.partials + unit * fused_partial_floats(a);
+  for (int64_t e = 0; e < rows * a.dv_pad; ++e) part[e] = w.o[e];
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = h0 + r % nh, i = i0 + r / nh;
-    const double row_max = static_cast<double>(w.m[r]) * kLn2;  // natural units; -inf stays
-    const double sink = a.sinks ? static_cast<double>(a.sinks[h * a.sinks_stride])
-                                : -std::numeric_limits<double>::infinity();
-    const double top = (row_max > sink ? row_max : sink);
-    double factor = 0.0, lse = -std::numeric_limits<double>::infinity();
-    if (top != -std::numeric_limits<double>::infinity()) {
-      const double keep = std::exp(row_max - top);  // 0 when no key was visible
-      const double denominator = static_cast<double>(w.l[r]) * keep + std::exp(sink - top);
-      factor = keep / denominator;
-      lse = top + std::log(denominator);
-    }
-    const float f = static_cast<float>(factor);
-    T* dst =
-        static_cast<T*>(a.out) + b * a.out_strides[0] + h * a.out_strides[1] + i * a.out_strides[2];
-    const int64_t s3 = a.out_strides[3];
-    const float* acc = w.o + r * a.dv_pad;
-    if (factor == 0.0) {
-      for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(0.0f);
-    } else if (s3 == 1) {
-      for (int64_t c = 0; c < a.dv; ++c) dst[c] = narrow<D>(acc[c] * f);
-    } else {
-      for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(acc[c] * f);
-    }
-    if (a.lse)
-      a.lse[b * a.lse_strides[0] + h * a.lse_strides[1] + i * a.lse_strides[2]] =
-          static_cast<float>(lse);
+    part[rp * a.dv_pad + r] = w.m[r];
+    part[rp * a.dv_pad + rp + r] = w.l[r];
   }
 }
 
-inline void run_item_any(const FusedArgs& a, std::byte* workspace, int64_t item) {
+// Merges the key splits of item `item` (every unit ran) and finalizes its
+// rows. The merged O accumulates in split 0's partial.
+template <DType D>
+void combine_item(const FusedArgs& a, int64_t item) {
+  const ItemRows x = item_rows(a, item);
+  const int64_t rp = a.rows_pad, floats = fused_partial_floats(a);
+  float* first = a.partials + item * a.key_splits * floats;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    float top = kNegInf;
+    for (int64_t s = 0; s < a.key_splits; ++s)
+      top = max_float(top, first[s * floats + rp * a.dv_pad + r]);
+    float* acc = first + r * a.dv_pad;
+    float l = 0.0f;
+    for (int64_t s = 0; s < a.key_splits; ++s) {
+      const float* part = first + s * floats;
+      // exp2_neg gives 0 for a split that saw no key (-inf - top), and NaN -> 0
+      // when no split saw one (top -inf): such a row finalizes to zeros.
+      const float weight = exp2_neg(part[rp * a.dv_pad + r] - top);
+      l += part[rp * a.dv_pad + rp + r] * weight;
+      const float* o = part + r * a.dv_pad;
+      if (s == 0)
+        for (int64_t c = 0; c < a.dv; ++c) acc[c] = o[c] * weight;
+      else
+        for (int64_t c = 0; c < a.dv; ++c) acc[c] += o[c] * weight;
+    }
+    finalize_row<D>(a, x, r, top, l, acc);
+  }
+}
+
+inline void run_item_any(const FusedArgs& a, std::byte* workspace, int64_t unit) {
   switch (a.dtype) {
     case DType::F32:
-      return run_item<DType::F32>(a, workspace, item);
+      return run_item<DType::F32>(a, workspace, unit);
     case DType::F16:
-      return run_item<DType::F16>(a, workspace, item);
+      return run_item<DType::F16>(a, workspace, unit);
     case DType::BF16:
-      return run_item<DType::BF16>(a, workspace, item);
+      return run_item<DType::BF16>(a, workspace, unit);
+    case DType::Bool:
+      return;  // rejected by validation
+  }
+}
+
+inline void combine_item_any(const FusedArgs& a, int64_t item) {
+  switch (a.dtype) {
+    case DType::F32:
+      return combine_item<DType::F32>(a, item);
+    case DType::F16:
+      return combine_item<DType::F16>(a, item);
+    case DType::BF16:
+      return combine_item<DType::BF16>(a, item);
     case DType::Bool:
       return;  // rejected by validation
   }

@@ -12,8 +12,10 @@
 
 namespace fsdpa::detail::cpu {
 
-void fused_item_avx2(const FusedArgs& args, std::byte* workspace, int64_t item) {
-  run_item_any(args, workspace, item);
+void fused_item_avx2(const FusedArgs& args, std::byte* workspace, int64_t unit) {
+  run_item_any(args, workspace, unit);
 }
+
+void fused_combine_avx2(const FusedArgs& args, int64_t item) { combine_item_any(args, item); }
 
 }  // namespace fsdpa::detail::cpu
