@@ -176,7 +176,8 @@ FSDPA_C_EXPORT const char* fsdpa_plan_explain(const fsdpa_plan* plan);
 
 /* Launches the plan on tensors of the planned shape (fsdpa::run): no
  * allocation, no host synchronization. workspace must hold
- * info.workspace_bytes (NULL when that is 0). */
+ * info.workspace_bytes (NULL when that is 0), 16-byte aligned for a CUDA
+ * plan. */
 FSDPA_C_EXPORT fsdpa_status fsdpa_run(const fsdpa_plan* plan, const fsdpa_tensors* tensors,
                                       void* workspace, size_t workspace_bytes, void* stream);
 

@@ -184,8 +184,9 @@ Plan plan(const Problem& problem, const Options& options = {});
 
 // Launches the planned kernel. Checks that the tensors match the plan; no
 // allocation, no host synchronization on the GPU. workspace must hold
-// plan.workspace_bytes (nullptr when that is 0). stream is a cudaStream_t for
-// CUDA plans (nullptr = default stream) and must be nullptr for CPU plans.
+// plan.workspace_bytes (nullptr when that is 0), 16-byte aligned for a CUDA
+// plan. stream is a cudaStream_t for CUDA plans (nullptr = default stream)
+// and must be nullptr for CPU plans.
 void run(const Plan& plan, const Tensors& tensors, void* workspace = nullptr,
          size_t workspace_bytes = 0, void* stream = nullptr);
 

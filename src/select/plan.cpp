@@ -1,5 +1,6 @@
 // plan(), run(), attention() and the support matrix: everything here reads
 // the selection table and nothing else.
+#include <cstdint>
 #include <cstdlib>
 #include <iomanip>
 #include <memory>
@@ -147,6 +148,10 @@ void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t works
   if (plan.workspace_bytes > 0 && workspace == nullptr)
     detail::throw_invalid("workspace: null, the plan needs " +
                           std::to_string(plan.workspace_bytes) + " bytes");
+  if (plan.backend == Backend::CUDA && reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+    detail::throw_invalid("workspace: a CUDA plan needs it 16-byte aligned, the address is " +
+                          std::to_string(reinterpret_cast<uintptr_t>(workspace) % 16) +
+                          " bytes past a multiple of 16");
   if (plan.backend == Backend::CPU && stream != nullptr)
     detail::throw_invalid("stream: must be null for a CPU plan");
   table[plan.table_row].launch(plan, tensors, workspace, stream);

@@ -680,6 +680,33 @@ INSTANTIATE_TEST_SUITE_P(Policies, RunWorkspace,
                            return std::string(to_string(i.param));
                          });
 
+#if FSDPA_WITH_CUDA
+// A CUDA plan's workspace must be 16-byte aligned (the decode partials are
+// read as float2 and float4). run() checks it before anything touches the
+// device, so host memory stands in for the tensors of the CUDA problem.
+TEST(RunChecks, CudaWorkspaceAlignment) {
+  AttentionCase c;
+  c.dtype = DType::BF16;
+  c.heads_q = 8;
+  c.len_k = 4096;
+  Rng rng(base_seed());
+  AttentionData d = make_data(c, rng);
+  const Device cuda0{DeviceType::CUDA, 0};
+  for (TensorView* view : {&d.tensors.q, &d.tensors.k, &d.tensors.v, &d.tensors.out})
+    view->device = cuda0;
+  if (d.tensors.lse) d.tensors.lse->device = cuda0;
+  const Plan p = plan(describe(d.tensors, d.options), d.options);
+  ASSERT_EQ(p.backend, Backend::CUDA);
+  ASSERT_GT(p.workspace_bytes, 0u) << p.explain();
+  std::unique_ptr<std::byte[]> ws(new std::byte[p.workspace_bytes + 32]);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(ws.get());
+  std::byte* aligned = ws.get() + (16 - address % 16) % 16;
+  expect_error([&] { run(p, d.tensors, aligned + 4, p.workspace_bytes); }, Kind::Invalid,
+               "fsdpa: workspace: a CUDA plan needs it 16-byte aligned, the address is 4 bytes "
+               "past a multiple of 16");
+}
+#endif
+
 TEST(RunChecks, ForgedPlans) {
   Rng rng(base_seed());
   AttentionData d = make_data(run_base(), rng);

@@ -356,6 +356,23 @@ TEST(Decode, Mla) {
   run_case(c);
 }
 
+// rows x splits x Dv odd (one row, 3 splits, MLA-style v = k[..., :59]):
+// the (max, sum) pairs of the split partials stay 8-byte aligned (placed
+// after the outputs they sat 4 bytes off, a misaligned float2 access).
+TEST(Decode, OddPartialSizes) {
+  for (int splits : {0, 3}) {
+    Case c;
+    c.heads_q = c.heads_kv = 1;
+    c.dqk = 64;
+    c.dv = 59;
+    c.v_aliases_k = true;
+    c.len_k = 700;
+    c.splits = splits;
+    c.sinks = true;
+    run_case(c);
+  }
+}
+
 // ------------------------------------------------------------ semantics
 
 TEST(Decode, CausalFewQueries) {

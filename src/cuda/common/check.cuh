@@ -14,9 +14,11 @@ void check(cudaError_t status, const char* call);
 // memory: checks the compiled limits (cudaFuncGetAttributes, read at the
 // kernel's first launch on a device and cached) against the launch and raises
 // the kernel's dynamic shared-memory limit when needed, so a launch that
-// cannot run is an error, not an unwritten output.
-void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
-                    const char* kernel_name);
+// cannot run is an error, not an unwritten output. Returns the architecture
+// of the binary the device runs for the kernel (major * 10 + minor), which
+// says which of its sm_90 instructions were compiled in.
+int prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
+                   const char* kernel_name);
 
 }  // namespace fsdpa::detail::cuda
 

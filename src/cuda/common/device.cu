@@ -28,12 +28,13 @@ struct KernelLimits {
   int registers = 0;
   size_t static_shared = 0;
   size_t dynamic_shared_allowed = 0;  // the kernel's current dynamic limit
+  int binary_version = 0;             // architecture of the binary the device runs
 };
 
 }  // namespace
 
-void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
-                    const char* kernel_name) {
+int prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
+                   const char* kernel_name) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, KernelLimits> known;
   int device = 0;
@@ -53,6 +54,7 @@ void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sh
     limits.registers = attributes.numRegs;
     limits.static_shared = attributes.sharedSizeBytes;
     limits.dynamic_shared_allowed = static_cast<size_t>(attributes.maxDynamicSharedSizeBytes);
+    limits.binary_version = attributes.binaryVersion;
   }
   if (threads_per_block > limits.max_threads)
     throw DeviceError(std::string("fsdpa: kernel ") + kernel_name + " launches " +
@@ -60,7 +62,7 @@ void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sh
                       " threads per block but was compiled for at most " +
                       std::to_string(limits.max_threads) +
                       " (registers: " + std::to_string(limits.registers) + " per thread)");
-  if (dynamic_shared_bytes <= limits.dynamic_shared_allowed) return;
+  if (dynamic_shared_bytes <= limits.dynamic_shared_allowed) return limits.binary_version;
   const DeviceInfo& info = device_info(device);
   const size_t total_shared = limits.static_shared + dynamic_shared_bytes;
   if (total_shared > info.shared_memory_per_block_optin)
@@ -72,6 +74,7 @@ void prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sh
                              static_cast<int>(dynamic_shared_bytes)),
         "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
   limits.dynamic_shared_allowed = dynamic_shared_bytes;
+  return limits.binary_version;
 }
 
 int device_count() {

@@ -153,7 +153,13 @@ Verdict decode_supports(const Problem& p, const Options&) {
 }
 
 void decode_configure(const Problem& p, Plan& plan) {
-  const DecodeBucket& bucket = *find_bucket(p.head_dim_qk, p.head_dim_v);
+  const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
+  if (covering == nullptr)  // only plan_for_row reaches here without supports()
+    throw Unsupported(
+        "fsdpa: no compiled decode bucket covers head_dim_qk=" + std::to_string(p.head_dim_qk) +
+        ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
+        ")");
+  const DecodeBucket& bucket = *covering;
   const DecodeBlockShape tile =
       decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
   plan.head_dim_qk_bucket = bucket.head_dim_qk;
@@ -269,8 +275,11 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
   d.keys_per_split = int((key_end - key_begin + d.num_splits - 1) / d.num_splits);
   d.dv_ws = d.head_dim_v;
   if (d.num_splits > 1) {
-    d.partial_out = static_cast<float*>(workspace);
-    d.partial_max_sum = d.partial_out + rows_total * d.num_splits * d.head_dim_v;
+    // The (max, sum) pairs first: float2 accesses stay 8-byte aligned (run()
+    // requires a 16-byte aligned workspace) whatever rows x splits x Dv is;
+    // the combine checks the outputs' alignment before its float4 path.
+    d.partial_max_sum = static_cast<float*>(workspace);
+    d.partial_out = d.partial_max_sum + 2 * int64_t(rows_total) * d.num_splits;
   }
   fns.launch(d, static_cast<cudaStream_t>(stream));
 }

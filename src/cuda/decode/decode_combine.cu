@@ -12,7 +12,6 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
-#include "cuda/common/device.h"
 #include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_launch.h"
@@ -153,8 +152,8 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_combine_kernel<T, Vec>;
   const size_t smem = size_t(p.num_splits) * sizeof(float);
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
-  prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
-                 "decode_combine_kernel");
+  const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
+                                    "decode_combine_kernel");
   // Programmatic dependent launch (sm_90+): the combine grid is scheduled
   // while the split kernel finishes and waits in griddepcontrol.wait for its
   // results, instead of paying its launch after the split kernel's last block.
@@ -166,9 +165,9 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   cudaLaunchAttribute overlap{};
   overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   overlap.val.programmaticStreamSerializationAllowed = 1;
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  if (device_info(device).compute_capability >= 90) {
+  // Only where the running binary has griddepcontrol.wait (an sm_80 binary on
+  // a Hopper device would read the partials unsynchronized).
+  if (binary >= 90) {
     config.attrs = &overlap;
     config.numAttrs = 1;
   }

@@ -22,8 +22,8 @@ struct DecodeParams {
   float* lse = nullptr;          // null when not asked for
   const void* mask = nullptr;    // null when mask == None
   const float* sinks = nullptr;  // null when there are none
-  // Split partials (num_splits > 1): unnormalized outputs [splits][rows][dv_ws]
-  // and (max, sum) pairs [splits][rows][2], rows = batch * heads_q * len_q.
+  // Split partials (num_splits > 1): (max, sum) pairs [splits][rows][2], then
+  // unnormalized outputs [splits][rows][dv_ws], rows = batch * heads_q * len_q.
   float* partial_out = nullptr;
   float* partial_max_sum = nullptr;
 
@@ -47,7 +47,7 @@ struct DecodeParams {
   // [key_begin + s * keys_per_split, ...) of it.
   int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
   int32_t num_splits = 1;
-  int32_t dv_ws = 0;  // row stride of partial_out (Dv rounded up to 4)
+  int32_t dv_ws = 0;  // row stride of partial_out (Dv)
 };
 
 }  // namespace fsdpa::detail::cuda
