@@ -26,6 +26,9 @@ inline constexpr int kDecodeMaxSplits = 4096;
 // (q load, merge, partial write) and of the combine outweigh more parallelism.
 inline constexpr int kDecodeMinKeysPerSplit = 256;
 
+// ------------------------------------------------------------ CUDA cores
+// The split kernel for f32 (decode_kernel.cuh): warps are key streams with
+// their own cp.async buffers; lanes split a key's dot product and Dv.
 struct DecodeTileConfig {
   int keys_per_warp;  // keys one warp stages per pipeline step
   int rows;           // packed query rows (heads of a kv group x query positions) per block
