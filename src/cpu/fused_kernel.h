@@ -138,6 +138,7 @@ void fused_combine_avx2(const FusedArgs& args, int64_t item);
 #endif
 
 #include <cmath>
+#include <string>
 
 #include "core/half.h"
 #include "core/semantics.h"
@@ -638,30 +639,30 @@ void combine_item(const FusedArgs& a, int64_t item) {
   }
 }
 
-inline void run_item_any(const FusedArgs& a, std::byte* workspace, int64_t unit) {
-  switch (a.dtype) {
+// Calls f.template operator()<D>() for the element type of the call's
+// tensors; Bool (rejected by validation) or an unknown value raises.
+template <typename F>
+void with_dtype(DType dtype, F&& f) {
+  switch (dtype) {
     case DType::F32:
-      return run_item<DType::F32>(a, workspace, unit);
+      return f.template operator()<DType::F32>();
     case DType::F16:
-      return run_item<DType::F16>(a, workspace, unit);
+      return f.template operator()<DType::F16>();
     case DType::BF16:
-      return run_item<DType::BF16>(a, workspace, unit);
+      return f.template operator()<DType::BF16>();
     case DType::Bool:
-      return;  // rejected by validation
+      break;
   }
+  throw Error("fsdpa: internal: the CPU fused kernel has no instance for dtype value " +
+              std::to_string(static_cast<int>(dtype)));
+}
+
+inline void run_item_any(const FusedArgs& a, std::byte* workspace, int64_t unit) {
+  with_dtype(a.dtype, [&]<DType D>() { run_item<D>(a, workspace, unit); });
 }
 
 inline void combine_item_any(const FusedArgs& a, int64_t item) {
-  switch (a.dtype) {
-    case DType::F32:
-      return combine_item<DType::F32>(a, item);
-    case DType::F16:
-      return combine_item<DType::F16>(a, item);
-    case DType::BF16:
-      return combine_item<DType::BF16>(a, item);
-    case DType::Bool:
-      return;  // rejected by validation
-  }
+  with_dtype(a.dtype, [&]<DType D>() { combine_item<D>(a, item); });
 }
 
 }  // namespace
