@@ -8,7 +8,10 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench]     (carry: .devbuild/deps)
+#   run:         bash bench/device.sh [all|tests|bench|prefill]   (carry: .devbuild/deps)
+#
+# `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
+# memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-all}
@@ -60,6 +63,47 @@ ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
   $BUILD/.ninja_log | tee -a "$SUMMARY"
+
+# What the compiler made of the kernels: tensor-core instructions per kernel
+# kind (wgmma shows as HGMMA, mma.sync as HMMA) and local-memory traffic.
+if command -v cuobjdump >/dev/null; then
+  cuobjdump -sass $BUILD/libfsdpa.so >"$OUT/sass.txt" 2>/dev/null
+  awk '/Function :/ {k = $3 ~ /prefill_hopper/ ? "prefill_hopper" : $3 ~ /prefill_kernel/ ? "prefill_mma" : $3 ~ /decode/ ? "decode" : "other"}
+       /HGMMA/ {g[k]++} /HMMA/ {h[k]++} /LDL|STL/ {l[k]++} /Function :/ {f[k]++}
+       END {for (k in f) printf "sass %s: %d kernels, HGMMA %d, HMMA %d, LDL/STL %d\n", k, f[k], g[k], h[k], l[k]}' \
+    "$OUT/sass.txt" | sort | tee -a "$SUMMARY"
+  gzip -f "$OUT/sass.txt"
+fi
+
+# ------------------------------------------------------------------ prefill loop
+if [ "$STAGES" = prefill ]; then
+  t0=$(date +%s)
+  pids=()
+  for i in $(seq 0 11); do
+    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit 240) $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
+      >"$OUT/prefill_shard_$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  cat "$OUT"/prefill_shard_*.txt >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt
+  say "prefill gpu tests: $(($(date +%s) - t0)) s"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
+  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
+  grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
+  small='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*'
+  timeout $(limit 60) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
+    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
+  say "memcheck prefill: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit 60) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
+    --gtest_filter="$small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  mkdir -p "$OUT/bench"
+  t0=$(date +%s)
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
+    python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:---quick} >"$OUT/bench-prefill.log" 2>&1
+  say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+fi
 
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then

@@ -7,15 +7,16 @@
 // (`cuda_fused_decode`: split-K over the keys, the query heads of a kv group x
 // the query positions packed as the rows of 16-row tensor-core tiles) when
 // len_q <= kDecodeMaxLenQ (src/cuda/decode/decode_config.h), and to the
-// prefill row (`cuda_fused_prefill`) above it. This program measures both
+// first prefill row that serves it above it (`cuda_fused_prefill_hopper` on
+// sm_90, else `cuda_fused_prefill`). This program measures both
 // families on the very same device tensors over query lengths around that
 // limit, so the limit can be set where the measured crossover is rather than
 // where it was guessed.
 //
 // For each shape (bf16, contiguous BHSD), each Lq of kLenQ and non-causal and
 // causal (bottom-right): the decode family through decode_configure /
-// decode_launch and the prefill family through prefill_configure /
-// prefill_launch, called directly, so decode also runs above its own len_q
+// decode_launch and the prefill row through its configure / launch, called
+// directly, so decode also runs above its own len_q
 // limit (decode_supports' only refusal for these shapes, checked below; the
 // other conditions are checked on the problem with len_q clamped to the
 // limit). Each Plan comes from detail::plan_for_row (plan()'s own plan of
@@ -48,6 +49,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -282,6 +284,7 @@ struct Row {
   int decode_calls = 0, prefill_calls = 0;
   int64_t decode_splits = 0;
   size_t decode_workspace = 0;
+  std::string prefill_kernel;  // the prefill row timed
   int sets = 1;
   double max_diff = 0;     // max |decode - prefill| over the non-NaN elements
   int64_t nan_count = 0;   // NaN (unwritten) elements of either output
@@ -419,13 +422,28 @@ void measure(Row& row, const Shape& s, const ShapeData& d, cudaStream_t stream) 
     row.skipped = "decode declines: " + why;
     return;
   }
-  if (const Verdict v = fc::prefill_supports(problem, options); !v.ok) {
-    row.skipped = "prefill declines: " + v.reason;
+  // The prefill row plan() takes above the limit: the first 16-bit prefill
+  // row (wgmma on sm_90, else mma.sync) that serves the problem.
+  const fsdpa::detail::KernelRow* prefill_row = nullptr;
+  std::string declined;
+  for (const fsdpa::detail::KernelRow& candidate : fsdpa::detail::selection_table()) {
+    if (candidate.path != fsdpa::Path::FusedPrefill || candidate.backend != fsdpa::Backend::CUDA)
+      continue;
+    const Verdict v = candidate.supports(problem, options);
+    if (v.ok) {
+      prefill_row = &candidate;
+      break;
+    }
+    declined += std::string(declined.empty() ? "" : "; ") + candidate.name + ": " + v.reason;
+  }
+  if (prefill_row == nullptr) {
+    row.skipped = "prefill declines: " + declined;
     return;
   }
 
   Plan decode = row_plan("cuda_fused_decode", problem, options);
-  Plan prefill = row_plan("cuda_fused_prefill", problem, options);
+  Plan prefill = row_plan(prefill_row->name, problem, options);
+  row.prefill_kernel = prefill.kernel;
   row.decode_splits = decode.num_kv_splits;
   row.decode_workspace = decode.workspace_bytes;
   const DeviceBuffer decode_ws(decode.workspace_bytes);
@@ -436,7 +454,7 @@ void measure(Row& row, const Shape& s, const ShapeData& d, cudaStream_t stream) 
     fc::decode_launch(decode, sets[size_t(i % n_sets)], decode_ws.get(), stream);
   };
   auto run_prefill = [&](int i) {
-    fc::prefill_launch(prefill, sets[size_t(i % n_sets)], prefill_ws.get(), stream);
+    prefill_row->launch(prefill, sets[size_t(i % n_sets)], prefill_ws.get(), stream);
   };
 
   // ---- agreement (set 0), before any timing
@@ -535,6 +553,12 @@ std::string markdown(const Report& rep, const std::vector<Row>& rows) {
      << " max |out - float64| on 3 sampled rows, each < " << kTolerance << ".\n"
      << "- `*`: the host's launch loop took >= 80% of the measured time, so launch overhead may"
      << " be in the number.\n\n";
+  std::set<std::string> prefill_kernels;
+  for (const Row& r : rows)
+    if (!r.prefill_kernel.empty()) prefill_kernels.insert(r.prefill_kernel);
+  md << "Prefill row timed:";
+  for (const std::string& k : prefill_kernels) md << " `" << k << "`";
+  md << ".\n\n";
   md << "| shape | Lq | causal | decode us | prefill us | faster | prefill/decode | splits | sets"
      << " | max diff | ref err d/p | ok |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -602,6 +626,7 @@ std::string json(const Report& rep, const std::vector<Row>& rows, int failures) 
          << r.faster() << "\", \"prefill_over_decode\": " << json_number(r.prefill_us / r.decode_us)
          << ", \"decode_calls_per_run\": " << r.decode_calls
          << ", \"prefill_calls_per_run\": " << r.prefill_calls
+         << ", \"prefill_kernel\": " << json_string(r.prefill_kernel)
          << ", \"decode_splits\": " << r.decode_splits
          << ", \"decode_workspace_bytes\": " << r.decode_workspace << ", \"sets\": " << r.sets
          << ", \"max_abs_diff\": " << json_number(r.max_diff) << ", \"nan_count\": " << r.nan_count

@@ -22,6 +22,10 @@ const KernelRow kTable[] = {
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
      "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine"},
+    {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
+     cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
+     "bf16/f16, every Dqk, Dv <= 256 (the same buckets), sm_90 only: tiled online softmax on "
+     "wgmma tensor cores (warpgroup MMAs from 128-byte-swizzled shared memory)"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
      "bf16/f16, every Dqk, Dv <= 256 (buckets of 16; 96/64 and 192/128 pairs): tiled online "

@@ -17,6 +17,7 @@
 
 #include "core/tensor.h"
 #include "cpu/cpu.h"
+#include "cuda/common/device.h"
 #include "cuda/prefill/prefill.h"
 #include "fsdpa/fsdpa.h"
 
@@ -45,10 +46,11 @@ struct Case {
   bool lse = true;
   bool allow_tf32 = false;
   Policy policy = Policy::ForceFused;
-  // Launch the prefill row directly, whatever the table would route to
-  // (the decode row takes few-query shapes first): prefill must be right
-  // for every Lq >= 1.
-  bool direct_prefill = false;
+  // When set, launch this row of the table directly, whatever plan() would
+  // route to (the decode row takes few-query shapes first, the wgmma row
+  // hides the mma.sync one on sm_90): each prefill row must be right for
+  // every Lq >= 1.
+  std::string row;
 
   std::string name() const {
     std::ostringstream s;
@@ -71,6 +73,18 @@ struct Case {
     return s.str();
   }
 };
+
+// The prefill rows that serve `dtype` with this build on device 0: the exact
+// f32 row, or the wgmma row (sm_90, when built) and the mma.sync row.
+inline std::vector<std::string> prefill_rows(DType dtype) {
+  if (dtype == DType::F32) return {"cuda_fused_prefill_f32"};
+  bool hopper_built = false;
+  for (const auto& pair : detail::cuda::prefill_bucket_pairs())
+    hopper_built = hopper_built || pair.hopper_compiled;
+  if (hopper_built && detail::cuda::device_info(0).compute_capability == 90)
+    return {"cuda_fused_prefill_hopper", "cuda_fused_prefill"};
+  return {"cuda_fused_prefill"};
+}
 
 struct Outcome {
   Plan plan;
@@ -259,15 +273,13 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
 
   Outcome outcome;
   const Problem problem = describe(device, options);
-  if (c.direct_prefill) {
-    // The prefill row of the table for this dtype, whatever plan() would pick.
-    const char* row_name = c.dtype == DType::F32 ? "cuda_fused_prefill_f32" : "cuda_fused_prefill";
+  if (!c.row.empty()) {
     const detail::KernelRow* row = nullptr;
     for (const detail::KernelRow& candidate : detail::selection_table())
-      if (std::string(candidate.name) == row_name) row = &candidate;
-    if (row == nullptr) throw Error(std::string("fsdpa: test: no table row ") + row_name);
+      if (candidate.name == c.row) row = &candidate;
+    if (row == nullptr) throw Error("fsdpa: test: no table row " + c.row);
     const detail::Verdict verdict = row->supports(problem, options);
-    if (!verdict.ok) throw Unsupported("fsdpa: prefill declined: " + verdict.reason);
+    if (!verdict.ok) throw Unsupported("fsdpa: " + c.row + " declined: " + verdict.reason);
     Plan p = plan(problem, options);  // resolves scale and policy
     p.path = row->path;
     p.kernel = row->name;

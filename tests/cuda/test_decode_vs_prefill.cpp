@@ -81,7 +81,7 @@ TEST_P(DecodeVsPrefill, SameOutput) {
   Case through_decode = c;            // Auto routes few queries to the decode row
   const Outcome decode = run_case(through_decode, rng);
   Case through_prefill = c;
-  through_prefill.direct_prefill = true;
+  through_prefill.row = prefill_rows(c.dtype).front();  // the row longer queries take
   const Outcome prefill = run_case(through_prefill, same_inputs);
   SCOPED_TRACE(c.name() + "\n" + decode.plan.explain() + prefill.plan.explain());
   ASSERT_EQ(decode.plan.path, Path::FusedDecode);

@@ -34,25 +34,29 @@ void expect_case(const Case& c) {
   if (c.dtype != DType::F32 && !compiled_bucket(bucket(c.head_dim_qk), bucket(c.head_dim_v)))
     GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
   std::mt19937_64& rng = test_rng();
-  std::mt19937_64 same_inputs = rng;  // the unfused run below draws the very same inputs
-  Case fused_case = c;
-  fused_case.direct_prefill = true;
-  const Outcome fused = run_case(fused_case, rng);
-  SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
-  EXPECT_EQ(fused.plan.path, Path::FusedPrefill);
-  EXPECT_EQ(fused.unwritten, 0);
-  EXPECT_EQ(fused.padding_touched, 0);
+  const std::mt19937_64 inputs = rng;  // every run below draws the very same inputs
   const double tol = tolerance(c.dtype, c.allow_tf32);
-  EXPECT_LE(fused.relative_error, tol);
-  EXPECT_LE(fused.lse_error, c.dtype == DType::F32 ? 1e-5 : 1e-3);
-  // No more than 2x the error of the unfused path at the same precision.
   Case unfused_case = c;
   unfused_case.policy = Policy::Unfused;
-  unfused_case.direct_prefill = false;
-  const Outcome unfused = run_case(unfused_case, same_inputs);
+  std::mt19937_64 unfused_inputs = inputs;
+  const Outcome unfused = run_case(unfused_case, unfused_inputs);
   EXPECT_EQ(unfused.unwritten, 0);
   EXPECT_LE(unfused.relative_error, tol);
-  EXPECT_LE(fused.relative_error, std::max(2.0 * unfused.relative_error, tol / 4));
+  for (const std::string& row : prefill_rows(c.dtype)) {
+    Case fused_case = c;
+    fused_case.row = row;
+    std::mt19937_64 fused_inputs = inputs;
+    const Outcome fused = run_case(fused_case, fused_inputs);
+    SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
+    EXPECT_EQ(fused.plan.path, Path::FusedPrefill);
+    EXPECT_EQ(fused.unwritten, 0);
+    EXPECT_EQ(fused.padding_touched, 0);
+    EXPECT_LE(fused.relative_error, tol);
+    EXPECT_LE(fused.lse_error, c.dtype == DType::F32 ? 1e-5 : 1e-3);
+    // No more than 2x the error of the unfused path at the same precision.
+    EXPECT_LE(fused.relative_error, std::max(2.0 * unfused.relative_error, tol / 4));
+  }
+  rng = unfused_inputs;  // the next case draws fresh inputs
 }
 
 // --------------------------------------------------------------- buckets
@@ -273,6 +277,13 @@ TEST(PrefillSelection, BucketsAndPadRatio) {
   EXPECT_EQ(p.head_dim_v_bucket, 80);
   EXPECT_NEAR(p.pad_ratio, 160.0 / 144.0, 1e-12);
   EXPECT_EQ(p.workspace_bytes, 0u);
+}
+
+TEST(PrefillSelection, WgmmaRowFirstOnSm90) {
+  // On sm_90 with a 90a build the wgmma row serves 16-bit prefill; elsewhere
+  // the mma.sync row does (prefill_rows lists the rows in table order).
+  const Plan p = plan(problem_of(128, 128), forced());
+  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).front());
 }
 
 TEST(PrefillSelection, UncompiledBucketSaysSo) {

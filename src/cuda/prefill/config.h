@@ -57,6 +57,50 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
                               head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
+// The wgmma kernel (sm_90a, hopper_kernel.cuh): each warpgroup owns 64 query
+// rows; K/V tiles of tile_k keys stream through a `stages`-deep ring.
+struct HopperTile {
+  int warpgroups;
+  int tile_k;  // keys per stage: the N of S = Q K^T, the K of O += P V
+  int stages;
+};
+
+constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  const int d = max_bucket(head_dim_qk_bucket, head_dim_v_bucket);
+  // Registers per thread: O is Dv / 2, S is tile_k / 2 (f32) and P of the
+  // previous tile tile_k / 4. ptxas -v (sm_90a): 128 keys at D=128 take 255
+  // registers and spill in some builds; 96 keys take 237, 112 take 248.
+  if (d <= 64) return {2, 128, 2};
+  if (d <= 128) return {2, 96, 2};
+  return {2, 64, 2};  // D=256: 250 registers
+}
+
+constexpr int hopper_tile_q(const HopperTile& t) { return t.warpgroups * 64; }
+
+// Bytes of one operand tile in the 128-byte swizzle (Swizzle128Panels in
+// cuda/common/copy.cuh): 64-column panels of rows x 128 bytes.
+constexpr int swizzle128_bytes(int rows, int cols) { return (cols + 63) / 64 * rows * 128; }
+
+// Shared memory of one wgmma block: Q plus `stages` K and V tiles, the copy
+// barriers (8 bytes each for Q and every K and V stage), and 1024 bytes to
+// align the start to the swizzle's 1024-byte period.
+constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  const HopperTile t = hopper_tile(head_dim_qk_bucket, head_dim_v_bucket);
+  return 1024 + swizzle128_bytes(hopper_tile_q(t), head_dim_qk_bucket) +
+         t.stages * (swizzle128_bytes(t.tile_k, head_dim_qk_bucket) +
+                     swizzle128_bytes(t.tile_k, head_dim_v_bucket)) +
+         8 * (1 + 2 * t.stages);
+}
+
+static_assert(hopper_shared_bytes(256, 256) <= 227 * 1024, "256 wgmma bucket exceeds sm_90 smem");
+static_assert(hopper_shared_bytes(128, 128) <= 227 * 1024, "128 wgmma bucket exceeds sm_90 smem");
+static_assert(hopper_tile(64, 64).tile_k % 16 == 0 && hopper_tile(256, 256).tile_k % 16 == 0 &&
+                  hopper_tile(256, 256).tile_k <= 256,
+              "tile_k is a wgmma N (<= 256) and a multiple of the k step");
+// The V descriptor's leading offset (one panel of tile_k rows) must fit 14 bits of 16 bytes.
+static_assert(swizzle128_bytes(hopper_tile(128, 128).tile_k, 64) < (1 << 18),
+              "V panel too large for a wgmma descriptor");
+
 static_assert(decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).tile_k == 128 &&
                   decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).min_blocks == 3,
               "tile code round trip");

@@ -12,21 +12,12 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
-#include "cuda/common/softmax.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/instances.h"
 #include "cuda/prefill/params.h"
+#include "cuda/prefill/tile_softmax.cuh"
 
 namespace fsdpa::detail::cuda {
-
-namespace prefill_impl {
-
-constexpr float kMinusInf = -__builtin_huge_valf();
-// How far (log2 units) a row's scores may exceed its reference max before the
-// max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
-constexpr float kRescaleSlack = 8.0f;
-
-}  // namespace prefill_impl
 
 // kTileCode (encode_tile) defaults to the tuning table's row;
 // bench/prefill_tune.cu times others.
@@ -118,7 +109,6 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 
   const uint32_t q_fragment_base =
       shared_address(shared_q + (warp * kRowTiles * 16 + (lane % 16)) * kQStride + (lane / 16) * 8);
-  const int mask_b = batch, mask_h = head;
 
   for (int it = 0; it < num_tiles; ++it) {
     cp_async_wait<kStages - 2>();
@@ -161,83 +151,13 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
       }
     }
 
-    // Scale into the exp2 domain; mask where the tile crosses a row's
-    // visible range, the end of the keys, or an array mask applies.
-    const bool need_mask =
-        sem.mask_kind != 0 || k0 + kTileK > first_range.end || k0 < last_range.begin;
-    if (need_mask) {
-#pragma unroll
-      for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = row_of(m, r);
-          const DeviceKeyRange range = visible_key_range(sem, row);
-          const bool masked_row = sem.mask_kind != 0 && row < len_q;
-          const int64_t mask_row_offset = mask_b * sem.mask_strides[0] +
-                                          mask_h * sem.mask_strides[1] +
-                                          static_cast<int64_t>(row) * sem.mask_strides[2];
-#pragma unroll
-          for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = k0 + n * 8 + 2 * quad + e;
-              float value = kMinusInf;
-              if (key >= range.begin && key < range.end) {
-                value = s[m][n][2 * r + e] * p.scale_log2;
-                if (masked_row)
-                  value += load_mask_value(sem.mask, sem.mask_dtype,
-                                           mask_row_offset + key * sem.mask_strides[3]) *
-                           kLog2e;
-              }
-              s[m][n][2 * r + e] = value;
-            }
-        }
-    }
-    // Unmasked tiles keep raw scores; the scale joins the exp2's FMA (scale > 0,
-    // so the raw maximum scales to the scaled one).
-    const float score_scale = need_mask ? 1.0f : p.scale_log2;
-
-    // Online softmax with lazy rescaling: a row's reference max moves only when
-    // the tile's max exceeds it by more than kRescaleSlack (log2 units), so P =
-    // 2^(S - max) stays below 2^kRescaleSlack and most tiles skip the
-    // O *= correction pass (Dv / 2 multiplies per row tile and lane); the final
-    // division by the row sum cancels whichever max was used.
+    // Scale into the exp2 domain and mask where needed; unmasked tiles keep
+    // raw scores and the scale joins the exp2's FMA.
+    const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
+    if (need_mask) mask_scores(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[kRowTiles][2];
-    bool any_rescale = false;
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float tile_max = kMinusInf;
-#pragma unroll
-        for (int n = 0; n < kKeyTiles; ++n)
-          tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-        tile_max = quad_max(tile_max) * score_scale;
-        // -inf + slack is -inf: a row's first tile with a visible key always moves it.
-        const bool move = tile_max > row_max[m][r] + kRescaleSlack;
-        correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
-        if (move) row_max[m][r] = tile_max;
-        any_rescale |= move;
-        // A row that has seen no key yet keeps max -inf; subtract 0 instead
-        // so that exp2 gives 0, never NaN.
-        const float base = row_max[m][r] == kMinusInf ? 0.0f : row_max[m][r];
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kKeyTiles; ++n) {
-          s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], score_scale, -base));
-          s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], score_scale, -base));
-          sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
-        }
-        row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
-      }
-    if (__any_sync(0xffffffffu, any_rescale)) {
-#pragma unroll
-      for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-        for (int n = 0; n < kDvTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[m][n][e] *= correction[m][e / 2];
-    }
+    if (softmax_scores(s, row_max, row_sum, correction, need_mask ? 1.0f : p.scale_log2))
+      rescale_output(o, correction);
 
     // O += P V: the S accumulators are already in the A-fragment layout.
     const uint32_t v_fragment_base =
@@ -246,12 +166,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
     for (int kk = 0; kk < kTileK / 16; ++kk) {
       uint32_t a[kRowTiles][4];
 #pragma unroll
-      for (int m = 0; m < kRowTiles; ++m) {
-        a[m][0] = pack_pair<T>(s[m][2 * kk][0], s[m][2 * kk][1]);
-        a[m][1] = pack_pair<T>(s[m][2 * kk][2], s[m][2 * kk][3]);
-        a[m][2] = pack_pair<T>(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-        a[m][3] = pack_pair<T>(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-      }
+      for (int m = 0; m < kRowTiles; ++m) p_fragment<T>(a[m], s[m], kk);
 #pragma unroll
       for (int n2 = 0; n2 < kDvTiles / 2; ++n2) {
         uint32_t b[4];
@@ -266,40 +181,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   }
   cp_async_wait<0>();
 
-  // Epilogue: the sink joins the denominator, then normalize and store.
-  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
-  T* out_base = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1];
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float total_max = fmaxf(row_max[m][r], sink);
-      float sum = quad_sum(row_sum[m][r]);
-      float inverse = 0.0f;
-      float lse = kMinusInf;
-      if (total_max != kMinusInf) {
-        const float correction = fast_exp2(row_max[m][r] - total_max);
-        sum = sum * correction + fast_exp2(sink - total_max);
-        inverse = correction / sum;
-        lse = (total_max + log2f(sum)) * kLn2;
-      }
-      const int row = row_of(m, r);
-      if (row >= len_q) continue;
-      T* out_row = out_base + static_cast<int64_t>(row) * p.out_strides[2];
-#pragma unroll
-      for (int n = 0; n < kDvTiles; ++n) {
-        const int col = n * 8 + 2 * quad;
-        const float x0 = o[m][n][2 * r] * inverse;
-        const float x1 = o[m][n][2 * r + 1] * inverse;
-        if (col + 1 < p.head_dim_v) {
-          *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
-        } else if (col < p.head_dim_v) {
-          out_row[col] = from_float<T>(x0);
-        }
-      }
-      if (p.lse != nullptr && quad == 0)
-        p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
-    }
+  store_rows<T>(o, row_max, row_sum, p, batch, head, row_of, quad);
 }
 
 // Checks the compiled limits, then launches one (bucket, dtype, tile) kernel.

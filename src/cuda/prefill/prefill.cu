@@ -1,5 +1,6 @@
-// The fused prefill row of the selection table: which problems the compiled
-// mma.sync instances serve (and why not), their configuration, the launch.
+// The fused prefill rows of the selection table (wgmma, mma.sync, exact f32):
+// which problems their compiled instances serve (and why not), their
+// configuration, the launch.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,6 +19,9 @@
 #ifndef FSDPA_HEAD_DIMS_STRING
 #define FSDPA_HEAD_DIMS_STRING "all"
 #endif
+#ifndef FSDPA_CUDA_ARCHS_STRING
+#define FSDPA_CUDA_ARCHS_STRING "?"
+#endif
 
 namespace fsdpa::detail::cuda {
 
@@ -32,7 +36,8 @@ int64_t bucket_of(int64_t head_dim) {
 }
 
 // The smallest compiled pair covering both head dims (by bucket_qk + bucket_v,
-// the cost of a row); nullptr when none.
+// the cost of a row); nullptr when none. The wgmma kernel is built for the
+// same pairs as the mma.sync one, or for none.
 const PrefillInstance* find_instance(int64_t head_dim_qk, int64_t head_dim_v) {
   const int64_t qk = bucket_of(head_dim_qk), dv = bucket_of(head_dim_v);
   const PrefillInstance* best = nullptr;
@@ -55,7 +60,8 @@ std::string str(int64_t x) { return std::to_string(x); }
 std::vector<PrefillBucketPair> prefill_bucket_pairs() {
   std::vector<PrefillBucketPair> pairs;
   for (const PrefillInstance& instance : kPrefillInstances)
-    pairs.push_back({instance.head_dim_qk_bucket, instance.head_dim_v_bucket, instance.compiled});
+    pairs.push_back({instance.head_dim_qk_bucket, instance.head_dim_v_bucket, instance.compiled,
+                     instance.hopper_bf16 != nullptr});
   return pairs;
 }
 
@@ -85,36 +91,33 @@ Verdict prefill_layout_and_size(const Problem& p) {
 
 }  // namespace
 
-Verdict prefill_supports(const Problem& p, const Options&) {
+namespace {
+
+// The checks both 16-bit rows share: dtype, layout, sizes, a compiled pair.
+Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
     return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
-                       " is not one of bf16, f16 (the mma.sync instances)");
+                       " is not one of bf16, f16 (the " + kernel + " instances)");
   if (Verdict common = prefill_layout_and_size(p); !common.ok) return common;
   if (find_instance(p.head_dim_qk, p.head_dim_v) == nullptr)
     return Verdict::no(
         "head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
         " need bucket " + str(bucket_of(p.head_dim_qk)) + "/" + str(bucket_of(p.head_dim_v)) +
         ", which is not compiled into this build (FSDPA_HEAD_DIMS=" + FSDPA_HEAD_DIMS_STRING ")");
-  if (has_device(p.device.index)) {
-    const DeviceInfo& info = device_info(p.device.index);
-    if (info.compute_capability < 80)
-      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
-                         " of device " + std::to_string(p.device.index) +
-                         " is below the sm_80 that mma.sync prefill needs");
-    const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-    const size_t needed = static_cast<size_t>(
-        prefill_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2));
-    if (needed > info.shared_memory_per_block_optin)
-      return Verdict::no("bucket " + std::to_string(instance->head_dim_qk_bucket) + "/" +
-                         std::to_string(instance->head_dim_v_bucket) + " needs " +
-                         std::to_string(needed) + " bytes of shared memory per block, device " +
-                         std::to_string(p.device.index) + " allows " +
-                         std::to_string(info.shared_memory_per_block_optin));
-  }
   return Verdict::yes();
 }
 
-void prefill_configure(const Problem& p, Plan& plan) {
+Verdict fits_shared_memory(const Problem& p, const PrefillInstance& instance, size_t needed) {
+  const DeviceInfo& info = device_info(p.device.index);
+  if (needed <= info.shared_memory_per_block_optin) return Verdict::yes();
+  return Verdict::no("bucket " + str(instance.head_dim_qk_bucket) + "/" +
+                     str(instance.head_dim_v_bucket) + " needs " + str(needed) +
+                     " bytes of shared memory per block, device " + str(p.device.index) +
+                     " allows " + str(info.shared_memory_per_block_optin));
+}
+
+// The plan facts both 16-bit rows share; the tile is the row's own.
+void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_k) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
@@ -126,9 +129,59 @@ void prefill_configure(const Problem& p, Plan& plan) {
                        ? static_cast<double>(plan.head_dim_qk_bucket + plan.head_dim_v_bucket) /
                              static_cast<double>(dims)
                        : 1.0;
+  plan.tile_q = tile_q;
+  plan.tile_k = tile_k;
+}
+
+}  // namespace
+
+Verdict prefill_supports(const Problem& p, const Options&) {
+  if (Verdict common = prefill_16bit_supports(p, "mma.sync"); !common.ok) return common;
+  if (has_device(p.device.index)) {
+    const DeviceInfo& info = device_info(p.device.index);
+    if (info.compute_capability < 80)
+      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
+                         " of device " + std::to_string(p.device.index) +
+                         " is below the sm_80 that mma.sync prefill needs");
+    const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+    return fits_shared_memory(p, *instance,
+                              static_cast<size_t>(prefill_shared_bytes(
+                                  instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2)));
+  }
+  return Verdict::yes();
+}
+
+void prefill_configure(const Problem& p, Plan& plan) {
+  const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
-  plan.tile_q = prefill_tile_q(tile);
-  plan.tile_k = tile.tile_k;
+  configure_16bit(p, plan, prefill_tile_q(tile), tile.tile_k);
+}
+
+Verdict prefill_hopper_supports(const Problem& p, const Options&) {
+  if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
+  const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+  if (instance->hopper_bf16 == nullptr)
+    return Verdict::no(std::string("the wgmma kernel is not built: FSDPA_CUDA_ARCHS=") +
+                       FSDPA_CUDA_ARCHS_STRING + " has no 90a");
+  if (has_device(p.device.index)) {
+    const DeviceInfo& info = device_info(p.device.index);
+    if (info.compute_capability != 90)
+      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
+                         " of device " + std::to_string(p.device.index) +
+                         ": the wgmma kernel runs on sm_90 (Hopper) only");
+    return fits_shared_memory(p, *instance,
+                              static_cast<size_t>(hopper_shared_bytes(
+                                  instance->head_dim_qk_bucket, instance->head_dim_v_bucket)));
+  }
+  return Verdict::yes();
+}
+
+void prefill_hopper_configure(const Problem& p, Plan& plan) {
+  const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
+  const HopperTile tile = hopper_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
+  configure_16bit(p, plan, hopper_tile_q(tile), tile.tile_k);
 }
 
 PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
@@ -158,7 +211,12 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   return params;
 }
 
-void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
+namespace {
+
+// Launches the plan's pair through `bf16` or `f16` of its table entry
+// (the mma.sync or the wgmma members).
+void launch_16bit(const Plan& plan, const Tensors& t, void* stream,
+                  PrefillLaunch PrefillInstance::*bf16, PrefillLaunch PrefillInstance::*f16) {
   const Problem& p = plan.problem;
   if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
   const PrefillParams params = make_prefill_params(plan, t);
@@ -167,20 +225,26 @@ void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
     if (instance.head_dim_qk_bucket != plan.head_dim_qk_bucket ||
         instance.head_dim_v_bucket != plan.head_dim_v_bucket || !instance.compiled)
       continue;
-    switch (p.dtype) {
-      case DType::BF16:
-        instance.bf16(params, cuda_stream);
-        return;
-      case DType::F16:
-        instance.f16(params, cuda_stream);
-        return;
-      default:
-        break;
-    }
+    const PrefillLaunch launch = p.dtype == DType::BF16  ? instance.*bf16
+                                 : p.dtype == DType::F16 ? instance.*f16
+                                                         : nullptr;
+    if (launch == nullptr) break;
+    launch(params, cuda_stream);
+    return;
   }
-  throw Error("fsdpa: internal: prefill plan for bucket " + str(plan.head_dim_qk_bucket) + "/" +
-              str(plan.head_dim_v_bucket) + " dtype " + to_string(p.dtype) +
-              " has no compiled instance");
+  throw Error("fsdpa: internal: " + plan.kernel + " plan for bucket " +
+              str(plan.head_dim_qk_bucket) + "/" + str(plan.head_dim_v_bucket) + " dtype " +
+              to_string(p.dtype) + " has no compiled instance");
+}
+
+}  // namespace
+
+void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
+  launch_16bit(plan, t, stream, &PrefillInstance::bf16, &PrefillInstance::f16);
+}
+
+void prefill_hopper_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
+  launch_16bit(plan, t, stream, &PrefillInstance::hopper_bf16, &PrefillInstance::hopper_f16);
 }
 
 Verdict prefill_f32_supports(const Problem& p, const Options& options) {

@@ -8,6 +8,12 @@
 
 namespace fsdpa::detail::cuda {
 
+// The wgmma row (sm_90a builds, sm_90 devices) and the mma.sync row (sm_80+):
+// bf16/f16, the same compiled bucket pairs.
+Verdict prefill_hopper_supports(const Problem& problem, const Options& options);
+void prefill_hopper_configure(const Problem& problem, Plan& plan);
+void prefill_hopper_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+
 Verdict prefill_supports(const Problem& problem, const Options& options);
 void prefill_configure(const Problem& problem, Plan& plan);
 void prefill_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
@@ -19,11 +25,13 @@ void prefill_f32_configure(const Problem& problem, Plan& plan);
 void prefill_f32_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
 // The (Dqk bucket, Dv bucket) pairs of the generated instance list and
-// whether each is compiled into this build (FSDPA_HEAD_DIMS); for tests.
+// whether each is compiled into this build (FSDPA_HEAD_DIMS), for the
+// mma.sync kernel and the wgmma one (FSDPA_CUDA_ARCHS with 90a); for tests.
 struct PrefillBucketPair {
   int head_dim_qk_bucket;
   int head_dim_v_bucket;
   bool compiled;
+  bool hopper_compiled;
 };
 std::vector<PrefillBucketPair> prefill_bucket_pairs();
 

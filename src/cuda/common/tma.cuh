@@ -1,0 +1,53 @@
+// Device side of the tensor memory accelerator (sm_90) and the shared-memory
+// barriers its copies complete on: one thread arms a barrier with the bytes
+// to expect and issues the copies; every consumer waits on the barrier's
+// phase. Host side: cuda/common/tma.h.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace fsdpa::detail::cuda {
+
+// A barrier that completes when one arrival and `bytes` of copies landed.
+__device__ __forceinline__ void barrier_init(uint32_t barrier) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier) : "memory");
+}
+
+// Makes initialized barriers visible to the copy engine; then a block barrier.
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// The one arrival of this phase, announcing `bytes` of copies to come.
+__device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the barrier's phase `parity` (0, 1, 0, ... per use) completed.
+__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+// Copies the box at (column, row, head, batch) of a 4-d tensor map into
+// shared memory at `destination`, completing `bytes` on `barrier`.
+__device__ __forceinline__ void tma_load_4d(uint32_t destination, const CUtensorMap* map,
+                                            uint32_t barrier, int column, int row, int head,
+                                            int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(head), "r"(batch),
+      "r"(barrier)
+      : "memory");
+}
+
+}  // namespace fsdpa::detail::cuda

@@ -1,0 +1,182 @@
+// The softmax side of a prefill key tile, shared by the mma.sync kernel
+// (kernel.cuh) and the wgmma kernel (hopper_kernel.cuh). Both hold a warp's
+// scores as s[m][n][e]: m a 16-row tile, n an 8-key tile, e the m16n8 C
+// fragment element (rows group and group + 8, keys 2 quad and 2 quad + 1),
+// and the output accumulators o[m][n][e] the same way with n over Dv / 8.
+// `row_of(m, r)` is the query row of half r (0: group, 1: group + 8) of
+// row tile m.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/mma.cuh"
+#include "cuda/common/semantics.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/prefill/params.h"
+
+namespace fsdpa::detail::cuda::prefill_impl {
+
+constexpr float kMinusInf = -__builtin_huge_valf();
+// How far (log2 units) a row's scores may exceed its reference max before the
+// max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
+constexpr float kRescaleSlack = 8.0f;
+
+// Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
+// score needs masking (the tile crosses a row's visible range, the end of the
+// keys, or an array mask applies). `first` and `last` are the visible ranges
+// of the block's first and last rows.
+template <int kKeyTiles>
+__device__ __forceinline__ bool tile_needs_mask(const MaskSemantics& sem, int k0,
+                                                const DeviceKeyRange& first,
+                                                const DeviceKeyRange& last) {
+  return sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
+}
+
+// Scales the tile's scores into the exp2 domain and masks them: -inf outside
+// a row's visible keys, plus the array mask (in log2 units) where one applies.
+template <int kRowTiles, int kKeyTiles, typename RowOf>
+__device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
+                                            const MaskSemantics& sem, const RowOf& row_of, int k0,
+                                            int quad, float scale_log2, int batch, int head) {
+  const int len_q = static_cast<int>(sem.len_q);
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_of(m, r);
+      const DeviceKeyRange range = visible_key_range(sem, row);
+      const bool masked_row = sem.mask_kind != 0 && row < len_q;
+      const int64_t mask_row_offset = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
+                                      static_cast<int64_t>(row) * sem.mask_strides[2];
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = k0 + n * 8 + 2 * quad + e;
+          float value = kMinusInf;
+          if (key >= range.begin && key < range.end) {
+            value = s[m][n][2 * r + e] * scale_log2;
+            if (masked_row)
+              value += load_mask_value(sem.mask, sem.mask_dtype,
+                                       mask_row_offset + key * sem.mask_strides[3]) *
+                       kLog2e;
+          }
+          s[m][n][2 * r + e] = value;
+        }
+    }
+}
+
+// Online softmax with lazy rescaling: turns the scores into P = 2^(S - max)
+// in place and updates the row maxima and partial sums; returns whether any
+// row of the warp moved its max, and then O must be multiplied by
+// `correction` (rescale_output) before P V joins it. The reference max moves
+// only when the tile's max exceeds it by more than kRescaleSlack (log2 units),
+// so P stays below 2^kRescaleSlack and most tiles skip the O *= correction
+// pass (Dv / 2 multiplies per row tile and lane); the final division by the
+// row sum cancels whichever max was used. `score_scale` is 1 for masked
+// (already scaled) scores, else the scale in log2 units, folded into the
+// exp2's FMA (scale > 0, so the raw maximum scales to the scaled one).
+template <int kRowTiles, int kKeyTiles>
+__device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][4],
+                                               float (&row_max)[kRowTiles][2],
+                                               float (&row_sum)[kRowTiles][2],
+                                               float (&correction)[kRowTiles][2],
+                                               float score_scale) {
+  bool any_rescale = false;
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = kMinusInf;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n)
+        tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+      tile_max = quad_max(tile_max) * score_scale;
+      // -inf + slack is -inf: a row's first tile with a visible key always moves it.
+      const bool move = tile_max > row_max[m][r] + kRescaleSlack;
+      correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
+      if (move) row_max[m][r] = tile_max;
+      any_rescale |= move;
+      // A row that has seen no key yet keeps max -inf; subtract 0 instead
+      // so that exp2 gives 0, never NaN.
+      const float base = row_max[m][r] == kMinusInf ? 0.0f : row_max[m][r];
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+        s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], score_scale, -base));
+        s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], score_scale, -base));
+        sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
+      }
+      row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
+    }
+  return __any_sync(0xffffffffu, any_rescale);
+}
+
+template <int kRowTiles, int kDvTiles>
+__device__ __forceinline__ void rescale_output(float (&o)[kRowTiles][kDvTiles][4],
+                                               const float (&correction)[kRowTiles][2]) {
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < kDvTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][n][e] *= correction[m][e / 2];
+}
+
+// P of 16 keys (8-key tiles 2 kk and 2 kk + 1) as the A fragment of an
+// m16n8k16 product, which is also the register A of wgmma m64nNk16.
+template <typename T, int kKeyTiles>
+__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kKeyTiles][4],
+                                           int kk) {
+  a[0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
+  a[1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  a[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+// The epilogue: the sink joins the denominator, then O is normalized and
+// stored (masked to the real Dv and rows), and the LSE written if asked.
+template <typename T, int kRowTiles, int kDvTiles, typename RowOf>
+__device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles][4],
+                                           const float (&row_max)[kRowTiles][2],
+                                           const float (&row_sum)[kRowTiles][2],
+                                           const PrefillParams& p, int batch, int head,
+                                           const RowOf& row_of, int quad) {
+  const MaskSemantics& sem = p.semantics;
+  const int len_q = static_cast<int>(sem.len_q);
+  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
+  T* out_base = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1];
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float total_max = fmaxf(row_max[m][r], sink);
+      float sum = quad_sum(row_sum[m][r]);
+      float inverse = 0.0f;
+      float lse = kMinusInf;
+      if (total_max != kMinusInf) {
+        const float correction = fast_exp2(row_max[m][r] - total_max);
+        sum = sum * correction + fast_exp2(sink - total_max);
+        inverse = correction / sum;
+        lse = (total_max + log2f(sum)) * kLn2;
+      }
+      const int row = row_of(m, r);
+      if (row >= len_q) continue;
+      T* out_row = out_base + static_cast<int64_t>(row) * p.out_strides[2];
+#pragma unroll
+      for (int n = 0; n < kDvTiles; ++n) {
+        const int col = n * 8 + 2 * quad;
+        const float x0 = o[m][n][2 * r] * inverse;
+        const float x1 = o[m][n][2 * r + 1] * inverse;
+        if (col + 1 < p.head_dim_v) {
+          *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
+        } else if (col < p.head_dim_v) {
+          out_row[col] = from_float<T>(x0);
+        }
+      }
+      if (p.lse != nullptr && quad == 0)
+        p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
+    }
+}
+
+}  // namespace fsdpa::detail::cuda::prefill_impl
