@@ -8,7 +8,7 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench|prefill]   (carry: .devbuild/deps)
+#   run:         bash bench/device.sh [all|tests|bench|prefill|route]   (carry: .devbuild/deps)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -135,18 +135,21 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
 fi
 
 # ------------------------------------------------------------------ bench
-if [ "$STAGES" = all ] || [ "$STAGES" = bench ]; then
+# `route`: only the routing benchmark, the support matrix and the default run.
+if [ "$STAGES" = all ] || [ "$STAGES" = bench ] || [ "$STAGES" = route ]; then
   mkdir -p "$OUT/bench"
   export FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1
-  t0=$(date +%s)
-  timeout "$(limit ${BENCH_TIMEOUT:-240})" python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} \
-    >"$OUT/bench-prefill.log" 2>&1
-  say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
-  t0=$(date +%s)
-  timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
-    --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
-    >"$OUT/bench-decode.log" 2>&1
-  say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+  if [ "$STAGES" != route ]; then
+    t0=$(date +%s)
+    timeout "$(limit ${BENCH_TIMEOUT:-240})" python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:-} \
+      >"$OUT/bench-prefill.log" 2>&1
+    say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+    t0=$(date +%s)
+    timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
+      --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
+      >"$OUT/bench-decode.log" 2>&1
+    say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+  fi
   # Decode vs prefill per Lq (the decode limit kDecodeMaxLenQ). route_bench is a
   # bench target, which the build above leaves out: configure it in, build it here.
   t0=$(date +%s)

@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "cpu/cpu.h"
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_config.h"
 #include "fsdpa/fsdpa.h"
 
 namespace {
@@ -377,7 +378,7 @@ TEST(Decode, OddPartialSizes) {
 
 TEST(Decode, CausalFewQueries) {
   for (CausalAlign align : {CausalAlign::BottomRight, CausalAlign::TopLeft})
-    for (int64_t lq : {2, 5, 16, 32})
+    for (int64_t lq : {int64_t{2}, int64_t{5}, detail::cuda::kDecodeMaxLenQ})
       for (int64_t lk : {3, 37, 577}) {
         Case c;
         c.causal = true;
@@ -476,7 +477,8 @@ TEST(DecodeErrors, Reasons) {
   Problem p = decode_problem();
   EXPECT_TRUE(detail::cuda::decode_supports(p, {}).ok);
   p.len_q = 4096;
-  EXPECT_EQ(decline(p), "len_q=4096 exceeds the decode limit 32 (prefill family)");
+  EXPECT_EQ(decline(p), "len_q=4096 exceeds the decode limit " +
+                            std::to_string(detail::cuda::kDecodeMaxLenQ) + " (prefill family)");
   p = decode_problem();
   p.head_dim_qk = 1040;
   EXPECT_EQ(decline(p), "head_dim_qk=1040 exceeds the largest fused size 576");

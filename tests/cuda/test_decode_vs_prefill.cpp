@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/decode/decode_config.h"
 #include "gpu_case.h"
 #include "select/table.h"
 
@@ -29,7 +30,7 @@ std::vector<Case> agreement_cases() {
   const std::pair<int64_t, int64_t> dims[] = {{64, 64},   {72, 72},   {96, 64},
                                               {128, 128}, {192, 128}, {256, 256}};
   for (auto [qk, dv] : dims)
-    for (int64_t len_q : {1, 4, 16, 32}) {
+    for (int64_t len_q : {int64_t{1}, int64_t{4}, detail::cuda::kDecodeMaxLenQ}) {
       Case c;
       c.head_dim_qk = qk;
       c.head_dim_v = dv;

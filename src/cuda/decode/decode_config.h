@@ -9,13 +9,15 @@ namespace fsdpa::detail::cuda {
 
 // The decode limit of DESIGN.md's selection table, chosen by measurement
 // (bench/route_bench.cpp, results in bench/results/h200-route.md: both
-// families timed on the same tensors at Lq 1..128, bf16, seven shapes).
-// Decode was faster at every Lq <= 32 in every shape; the smallest crossover
-// was between 32 and 48 (B=8 Hq=32 Hkv=8 Lk=8192 D=128: 464 vs 560 us at 32,
-// 699 vs 561 at 48). At B=1 decode stays faster up to Lq=128, because the
-// prefill grid has B * Hq * ceil(Lq / 128) blocks and no key split (32
-// blocks on 132 SMs); the limit is the smallest crossover.
-inline constexpr int64_t kDecodeMaxLenQ = 32;
+// families timed on the same tensors at Lq 1..128, bf16, seven shapes; the
+// prefill side is the wgmma row on the H200). Decode was faster at every
+// Lq <= 16 in every shape; the smallest crossover is between 16 and 24, in
+// the three shapes with 256+ query rows per kv head (B=8 Hq=32 Hkv=8
+// Lk=8192 D=128: 238 vs 251 us at 16, 396 vs 252 at 24; GQA-8 at B=1 and
+// B=4 alike). At B=1 Hq=32 decode stays faster up to Lq=32-128, because the
+// prefill grid has B * Hq * ceil(Lq / 128) blocks and no key split; the
+// limit is the smallest crossover. (With the mma.sync prefill it was 32.)
+inline constexpr int64_t kDecodeMaxLenQ = 16;
 // The largest head dims the compiled buckets cover (576/512: DeepSeek MLA).
 inline constexpr int64_t kDecodeMaxHeadDimQk = 576;
 inline constexpr int64_t kDecodeMaxHeadDimV = 512;

@@ -65,21 +65,31 @@ struct HopperTile {
   int stages;
 };
 
-constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  const int d = max_bucket(head_dim_qk_bucket, head_dim_v_bucket);
-  // Registers per thread: O is Dv / 2, S is tile_k / 2 (f32) and P of the
-  // previous tile tile_k / 4. ptxas -v (sm_90a): 128 keys at D=128 take 255
-  // registers and spill in some builds; 96 keys take 237, 112 take 248.
-  if (d <= 64) return {2, 128, 2};
-  if (d <= 128) return {2, 96, 2};
-  return {2, 64, 2};  // D=256: 250 registers
-}
-
-constexpr int hopper_tile_q(const HopperTile& t) { return t.warpgroups * 64; }
-
 // Bytes of one operand tile in the 128-byte swizzle (Swizzle128Panels in
 // cuda/common/copy.cuh): 64-column panels of rows x 128 bytes.
 constexpr int swizzle128_bytes(int rows, int cols) { return (cols + 63) / 64 * rows * 128; }
+
+// Q (2 warpgroups x 64 rows), two stages of K and V, and the 1024-byte
+// alignment slack.
+constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int tile_k) {
+  return 1024 + swizzle128_bytes(128, head_dim_qk_bucket) +
+         2 * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
+              swizzle128_bytes(tile_k, head_dim_v_bucket));
+}
+
+constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  // The longest key tile the registers and shared memory (227 KB) allow:
+  // fewer block barriers and longer wgmma N per key. Registers per thread: O
+  // is Dv / 2, S tile_k / 2 (f32), P of the previous tile tile_k / 4;
+  // ptxas -v (sm_90a, TMA loads), no spills: 128/128 with 128 keys 248
+  // registers, 176/176 with 96 keys and 256/256 with 64 keys fewer.
+  const int tile_k = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
+  if (hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= 227 * 1024)
+    return {2, tile_k, 2};
+  return {2, 64, 2};
+}
+
+constexpr int hopper_tile_q(const HopperTile& t) { return t.warpgroups * 64; }
 
 // Shared memory of one wgmma block: Q plus `stages` K and V tiles, the copy
 // barriers (8 bytes each for Q and every K and V stage), and 1024 bytes to
