@@ -76,14 +76,20 @@ if command -v cuobjdump >/dev/null; then
 fi
 
 # ------------------------------------------------------------------ prefill loop
-if [ "$STAGES" = prefill ]; then
-  t0=$(date +%s)
-  pids=()
+# The prefill suite in 12 shards in the background (their pids in `pids`),
+# each writing $OUT/prefill_shard_<i>.txt.
+pids=()
+start_prefill_shards() {
   for i in $(seq 0 11); do
-    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit 240) $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
-      >"$OUT/prefill_shard_$i.txt" 2>&1 &
+    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit "$1") $BUILD/bin/gpu_test_prefill \
+      --gtest_brief=1 >"$OUT/prefill_shard_$i.txt" 2>&1 &
     pids+=($!)
   done
+}
+
+if [ "$STAGES" = prefill ]; then
+  t0=$(date +%s)
+  start_prefill_shards 240
   for p in "${pids[@]}"; do wait "$p"; done
   cat "$OUT"/prefill_shard_*.txt >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt
@@ -108,12 +114,7 @@ fi
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   t0=$(date +%s)
-  pids=()
-  for i in $(seq 0 11); do
-    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit 300) $BUILD/bin/gpu_test_prefill --gtest_brief=1 \
-      >"$OUT/prefill_shard_$i.txt" 2>&1 &
-    pids+=($!)
-  done
+  start_prefill_shards 300
   timeout $(limit 300) $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
   pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done

@@ -45,6 +45,7 @@ struct Case {
   bool sinks = false;
   bool lse = true;
   bool allow_tf32 = false;
+  bool kv_broadcast = false;  // K and V with stride 0 over batch and kv heads (torch's expand)
   Policy policy = Policy::ForceFused;
   // When set, launch this row of the table directly, whatever plan() would
   // route to (the decode row takes few-query shapes first, the wgmma row
@@ -67,6 +68,7 @@ struct Case {
     if (mask == MaskKind::Boolean) s << "_bool" << (fully_masked_rows ? "Empty" : "");
     if (sinks) s << "_sinks";
     if (allow_tf32) s << "_tf32";
+    if (kv_broadcast) s << "_kvbroadcast";
     s << (policy == Policy::Unfused      ? "_unfused"
           : policy == Policy::ForceFused ? "_fused"
                                          : "_auto");
@@ -187,6 +189,8 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     vh = make_view(v_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_v},
                    strides_for(base_layout, c.heads_kv, c.len_k, v_pitch), {});
   }
+  if (c.kv_broadcast)  // every batch and kv head reads the first one's keys and values
+    for (TensorView* t : {&kh, &vh}) t->strides[0] = t->strides[1] = 0;
   Buffer out(static_cast<size_t>(c.batch * c.heads_q * c.len_q * v_pitch) * elt);
   TensorView outh = make_view(out.host.data(), c.dtype, {c.batch, c.heads_q, c.len_q, c.head_dim_v},
                               strides_for(base_layout, c.heads_q, c.len_q, v_pitch), {});

@@ -123,6 +123,16 @@ std::vector<Case> awkward_cases() {
     c.batch = 2;
     cases.push_back(c);
   }
+  {  // K and V broadcast over batch and kv heads with stride 0
+    Case c;
+    c.layout = Layout::BHSD;
+    c.batch = 2;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.head_dim_qk = c.head_dim_v = 128;
+    c.kv_broadcast = true;
+    cases.push_back(c);
+  }
   // f32: the exact SIMT path.
   for (int64_t d : {1, 64, 72, 256}) {
     Case c;

@@ -30,9 +30,13 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-CUtensorMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int64_t rows,
-                                int64_t cols, const int64_t (&strides)[3], int box_rows) {
+TileMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int64_t rows,
+                            int64_t cols, const int64_t (&strides)[3], int box_rows) {
   constexpr int64_t kElement = 2;
+  const bool batch_broadcast = batch > 1 && strides[0] == 0;
+  const bool head_broadcast = heads > 1 && strides[1] == 0;
+  if (batch_broadcast) batch = 1;
+  if (head_broadcast) heads = 1;
   // A dimension of extent 1 may have any stride; the encoder still checks it.
   auto stride_bytes = [](int64_t extent, int64_t stride) {
     return static_cast<cuuint64_t>(extent > 1 ? stride * kElement : 16);
@@ -46,10 +50,10 @@ CUtensorMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, 
                                       stride_bytes(batch, strides[0])};
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
+  TileMap tile{{}, head_broadcast ? 0 : 1, batch_broadcast ? 0 : 1};
   const CUresult status = encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, byte_strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      &tile.map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, byte_strides,
+      box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS)
     throw DeviceError("fsdpa: cuTensorMapEncodeTiled refused a map (CUresult " +
@@ -57,7 +61,7 @@ CUtensorMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, 
                       "x" + std::to_string(heads) + "x" + std::to_string(rows) + "x" +
                       std::to_string(cols) + " with strides " + std::to_string(strides[0]) + "," +
                       std::to_string(strides[1]) + "," + std::to_string(strides[2]));
-  return map;
+  return tile;
 }
 
 }  // namespace fsdpa::detail::cuda

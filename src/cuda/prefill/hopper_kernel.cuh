@@ -27,7 +27,7 @@ namespace fsdpa::detail::cuda {
 // The tensor maps of one launch (cuda/common/tma.h): Q, K and V read in
 // boxes of 64 columns x a tile's rows.
 struct PrefillMaps {
-  CUtensorMap q, k, v;
+  TileMap q, k, v;
 };
 
 template <int kDqk, int kDv, typename T>
@@ -66,23 +66,11 @@ __global__ void __launch_bounds__(hopper_tile(kDqk, kDv).warpgroups * 128, 1)
   const int quad = lane % 4;
   const bool issuer = threadIdx.x == 0;  // the thread that issues the copies
 
-  // Heavy causal blocks (late query rows) first: better tail balance.
-  const int q_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int head = static_cast<int>(blockIdx.y);
-  const int batch = static_cast<int>(blockIdx.z);
-  const int kv_head = head / p.kv_group_size;
+  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+  const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
+  const DeviceKeyRange first_range = block.first_range, last_range = block.last_range;
+  const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
   const MaskSemantics& sem = p.semantics;
-  const int len_q = static_cast<int>(sem.len_q);
-  const int q0 = q_block * kTileQ;
-
-  // Keys any row of the block sees (begin and end are monotone in the row).
-  const int last_row = min(q0 + kTileQ, len_q) - 1;
-  const DeviceKeyRange first_range = visible_key_range(sem, q0);
-  const DeviceKeyRange last_range = visible_key_range(sem, last_row);
-  const int kv_begin = first_range.begin;
-  const int kv_end = last_range.end;
-  const int tile_begin = kv_begin / kTileK;
-  const int num_tiles = kv_end > kv_begin ? (kv_end + kTileK - 1) / kTileK - tile_begin : 0;
 
   // Row of this thread's accumulator half r (one 16-row tile per warp).
   auto row_of = [&](int, int r) { return q0 + warp * 16 + group + 8 * r; };
@@ -92,23 +80,23 @@ __global__ void __launch_bounds__(hopper_tile(kDqk, kDv).warpgroups * 128, 1)
   // V one tile behind K: the copies issued while tile j is computed bring K
   // of tile j + 1 and V of tile j, which the next iteration needs (S of
   // j + 1 and P V of j). Prologue: Q, K of tile 0, V of tile 0, K of tile 1.
-  auto load_k = [&](int tile) {
-    if (tile >= num_tiles) return;
-    const uint32_t destination = shared_k + tile % kStages * kKBytes;
-    barrier_expect_bytes(k_barrier(tile), kKBytes);
+  auto load = [&](const TileMap& map, uint32_t destination, uint32_t barrier, int bytes,
+                  int columns, int rows, int row0, int head_index) {
+    barrier_expect_bytes(barrier, bytes);
 #pragma unroll
-    for (int panel = 0; panel < (kDqk + 63) / 64; ++panel)
-      tma_load_4d(destination + panel * kTileK * 128, &maps.k, k_barrier(tile), panel * 64,
-                  (tile_begin + tile) * kTileK, kv_head, batch);
+    for (int panel = 0; panel * 64 < columns; ++panel)
+      tma_load_4d(destination + panel * rows * 128, &map.map, barrier, panel * 64, row0,
+                  head_index * map.head_step, batch * map.batch_step);
+  };
+  auto load_k = [&](int tile) {
+    if (tile < num_tiles)
+      load(maps.k, shared_k + tile % kStages * kKBytes, k_barrier(tile), kKBytes, kDqk, kTileK,
+           (tile_begin + tile) * kTileK, kv_head);
   };
   auto load_v = [&](int tile) {
-    if (tile >= num_tiles) return;
-    const uint32_t destination = shared_v + tile % kStages * kVBytes;
-    barrier_expect_bytes(v_barrier(tile), kVBytes);
-#pragma unroll
-    for (int panel = 0; panel < (kDv + 63) / 64; ++panel)
-      tma_load_4d(destination + panel * kTileK * 128, &maps.v, v_barrier(tile), panel * 64,
-                  (tile_begin + tile) * kTileK, kv_head, batch);
+    if (tile < num_tiles)
+      load(maps.v, shared_v + tile % kStages * kVBytes, v_barrier(tile), kVBytes, kDv, kTileK,
+           (tile_begin + tile) * kTileK, kv_head);
   };
   if (issuer) {
     for (int b = 0; b < 1 + 2 * kStages; ++b) barrier_init(barriers + 8 * b);
@@ -116,10 +104,7 @@ __global__ void __launch_bounds__(hopper_tile(kDqk, kDv).warpgroups * 128, 1)
   }
   __syncthreads();
   if (issuer) {
-    barrier_expect_bytes(q_barrier, kQBytes);
-#pragma unroll
-    for (int panel = 0; panel < (kDqk + 63) / 64; ++panel)
-      tma_load_4d(shared_q + panel * kTileQ * 128, &maps.q, q_barrier, panel * 64, q0, head, batch);
+    load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head);
     load_k(0);
     load_v(0);
     load_k(1);

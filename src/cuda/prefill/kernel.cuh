@@ -49,27 +49,16 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   const int group = lane / 4;
   const int quad = lane % 4;
 
-  // Heavy causal blocks (late query rows) first: better tail balance.
-  const int q_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int head = static_cast<int>(blockIdx.y);
-  const int batch = static_cast<int>(blockIdx.z);
-  const int kv_head = head / p.kv_group_size;
+  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+  const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
+  const DeviceKeyRange first_range = block.first_range, last_range = block.last_range;
+  const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
   const MaskSemantics& sem = p.semantics;
   const int len_q = static_cast<int>(sem.len_q);
-  const int q0 = q_block * kTileQ;
 
   const T* q_base = static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
   const T* k_base = static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
   const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1];
-
-  // Keys any row of the block sees (begin and end are monotone in the row).
-  const int last_row = min(q0 + kTileQ, len_q) - 1;
-  const DeviceKeyRange first_range = visible_key_range(sem, q0);
-  const DeviceKeyRange last_range = visible_key_range(sem, last_row);
-  const int kv_begin = first_range.begin;
-  const int kv_end = last_range.end;
-  const int tile_begin = kv_begin / kTileK;
-  const int num_tiles = kv_end > kv_begin ? (kv_end + kTileK - 1) / kTileK - tile_begin : 0;
 
   // Row of this thread's accumulator half r of row tile m.
   auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };

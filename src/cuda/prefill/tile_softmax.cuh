@@ -1,5 +1,6 @@
-// The softmax side of a prefill key tile, shared by the mma.sync kernel
-// (kernel.cuh) and the wgmma kernel (hopper_kernel.cuh). Both hold a warp's
+// The pieces of a prefill block shared by the mma.sync kernel (kernel.cuh)
+// and the wgmma kernel (hopper_kernel.cuh): the block's rows and keys, the
+// softmax side of a key tile, the epilogue. Both kernels hold a warp's
 // scores as s[m][n][e]: m a 16-row tile, n an 8-key tile, e the m16n8 C
 // fragment element (rows group and group + 8, keys 2 quad and 2 quad + 1),
 // and the output accumulators o[m][n][e] the same way with n over Dv / 8.
@@ -20,6 +21,32 @@ constexpr float kMinusInf = -__builtin_huge_valf();
 // How far (log2 units) a row's scores may exceed its reference max before the
 // max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
 constexpr float kRescaleSlack = 8.0f;
+
+// One block's query rows [q0, q0 + tile_q) of one (batch, head), and the key
+// tiles [tile_begin, tile_begin + num_tiles) of tile_k keys that any of its
+// rows sees (causal and window skipping: begin and end are monotone in the
+// row). Heavy causal blocks (late query rows) run first: better tail balance.
+struct PrefillBlock {
+  int head, batch, kv_head, q0;
+  DeviceKeyRange first_range, last_range;  // visible keys of the first and last row
+  int tile_begin, num_tiles;
+};
+
+__device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, int tile_q,
+                                                      int tile_k) {
+  PrefillBlock b;
+  b.q0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * tile_q;
+  b.head = static_cast<int>(blockIdx.y);
+  b.batch = static_cast<int>(blockIdx.z);
+  b.kv_head = b.head / p.kv_group_size;
+  const int last_row = min(b.q0 + tile_q, static_cast<int>(p.semantics.len_q)) - 1;
+  b.first_range = visible_key_range(p.semantics, b.q0);
+  b.last_range = visible_key_range(p.semantics, last_row);
+  const int begin = b.first_range.begin, end = b.last_range.end;
+  b.tile_begin = begin / tile_k;
+  b.num_tiles = end > begin ? (end + tile_k - 1) / tile_k - b.tile_begin : 0;
+  return b;
+}
 
 // Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
 // score needs masking (the tile crosses a row's visible range, the end of the
