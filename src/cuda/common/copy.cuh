@@ -27,40 +27,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-// Where cp_async_tile puts element (row, col) of a tile, in 16-bit elements
-// from the tile's start.
-//
-// Rows of kStride elements (a row padded by 16 bytes keeps ldmatrix's 8 row
-// addresses in distinct banks).
-template <int kStride>
-struct PaddedRows {
-  static constexpr int offset(int row, int col) { return row * kStride + col; }
-};
-
-// The 128-byte swizzle of wgmma operands (PTX ISA, "Shared Memory Matrix
-// Layout"): 64-column panels of kRows rows x 128 bytes, one after another;
-// 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its row. Serves a
-// K-major operand (rows = M or N) and an MN-major one (rows = K) alike. The
-// tile must start on a 1024-byte boundary: the hardware swizzles addresses.
-template <int kRows>
-struct Swizzle128Panels {
-  static constexpr int offset(int row, int col) {
-    return (col / 64) * kRows * 64 + row * 64 + (((col / 8) % 8) ^ (row % 8)) * 8;
-  }
-};
-
 // Copies rows [row0, row0 + kRows) x columns [0, kCols) of a row-major
-// global matrix into the shared-memory tile at byte address `shared`, laid out
-// by Layout, zero-filling rows >= num_rows and columns >= num_cols: the bucket
-// tail and the tensor's end cost no padded copy and no out-of-bounds read. T
-// is a 16-bit type. With kFillColumnTail false, chunks wholly past num_cols
-// are left alone (no instruction at all): the caller keeps those
-// shared-memory columns zero, or never reads them. kUnroll: see the loop.
-template <int kRows, int kCols, typename Layout, int kThreads, typename T,
-          bool kFillColumnTail = true, int kUnroll = 1>
-__device__ __forceinline__ void cp_async_tile_to(uint32_t shared, const T* global,
-                                                 int64_t row_stride, int row0, int num_rows,
-                                                 int num_cols) {
+// global matrix into shared memory (row stride kStride elements), zero-filling
+// rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
+// end cost no padded copy and no out-of-bounds read. T is a 16-bit type.
+// With kFillColumnTail false, chunks wholly past num_cols are left alone (no
+// instruction at all): the caller keeps those shared-memory columns zero, or
+// never reads them. kUnroll: see the loop.
+template <int kRows, int kCols, int kStride, int kThreads, typename T, bool kFillColumnTail = true,
+          int kUnroll = 1>
+__device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_t row_stride,
+                                              int row0, int num_rows, int num_cols) {
   static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kChunks = kRows * kChunksPerRow;
@@ -79,17 +56,8 @@ __device__ __forceinline__ void cp_async_tile_to(uint32_t shared, const T* globa
     if (row0 + row >= num_rows) bytes = 0;
     const T* source =
         bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
-    cp_async_16_zfill(shared + Layout::offset(row, col) * 2, source, bytes);
+    cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
   }
-}
-
-// The same into rows of kStride elements at `shared`.
-template <int kRows, int kCols, int kStride, int kThreads, typename T, bool kFillColumnTail = true,
-          int kUnroll = 1>
-__device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_t row_stride,
-                                              int row0, int num_rows, int num_cols) {
-  cp_async_tile_to<kRows, kCols, PaddedRows<kStride>, kThreads, T, kFillColumnTail, kUnroll>(
-      shared_address(shared), global, row_stride, row0, num_rows, num_cols);
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -47,12 +47,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Makes this thread's generic-proxy shared-memory writes (cp.async, st.shared)
-// visible to the async proxy that wgmma reads through; then a barrier.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Ties registers to this point of the program: the compiler may not move
 // their reads or writes across it. After wgmma_wait, the accumulators are
 // read only after the wait; before wgmma_fence, ordinary writes land first.

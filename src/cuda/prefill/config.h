@@ -58,23 +58,29 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
 }
 
 // The wgmma kernel (sm_90a, hopper_kernel.cuh): each warpgroup owns 64 query
-// rows; K/V tiles of tile_k keys stream through a `stages`-deep ring.
+// rows; K/V tiles of tile_k keys stream through a `stages`-deep ring (2: the
+// kernel's schedule keeps two K and two V tiles).
 struct HopperTile {
   int warpgroups;
   int tile_k;  // keys per stage: the N of S = Q K^T, the K of O += P V
   int stages;
 };
 
-// Bytes of one operand tile in the 128-byte swizzle (Swizzle128Panels in
-// cuda/common/copy.cuh): 64-column panels of rows x 128 bytes.
+constexpr int kHopperWarpgroups = 2;
+
+// Bytes of one operand tile as TMA writes it in the 128-byte swizzle: one
+// panel of rows x 128 bytes per 64 columns (16-bit elements).
 constexpr int swizzle128_bytes(int rows, int cols) { return (cols + 63) / 64 * rows * 128; }
 
-// Q (2 warpgroups x 64 rows), two stages of K and V, and the 1024-byte
-// alignment slack.
+// Shared memory of one wgmma block with key tiles of tile_k: Q, two stages of
+// K and V, the copy barriers (8 bytes each for Q and every K and V stage), and
+// 1024 bytes to align the start to the swizzle's 1024-byte period.
 constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int tile_k) {
-  return 1024 + swizzle128_bytes(128, head_dim_qk_bucket) +
-         2 * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
-              swizzle128_bytes(tile_k, head_dim_v_bucket));
+  constexpr int kStages = 2;
+  return 1024 + swizzle128_bytes(kHopperWarpgroups * 64, head_dim_qk_bucket) +
+         kStages * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
+                    swizzle128_bytes(tile_k, head_dim_v_bucket)) +
+         8 * (1 + 2 * kStages);
 }
 
 constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
@@ -85,21 +91,15 @@ constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) 
   // registers, 176/176 with 96 keys and 256/256 with 64 keys fewer.
   const int tile_k = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
   if (hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= 227 * 1024)
-    return {2, tile_k, 2};
-  return {2, 64, 2};
+    return {kHopperWarpgroups, tile_k, 2};
+  return {kHopperWarpgroups, 64, 2};
 }
 
 constexpr int hopper_tile_q(const HopperTile& t) { return t.warpgroups * 64; }
 
-// Shared memory of one wgmma block: Q plus `stages` K and V tiles, the copy
-// barriers (8 bytes each for Q and every K and V stage), and 1024 bytes to
-// align the start to the swizzle's 1024-byte period.
 constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  const HopperTile t = hopper_tile(head_dim_qk_bucket, head_dim_v_bucket);
-  return 1024 + swizzle128_bytes(hopper_tile_q(t), head_dim_qk_bucket) +
-         t.stages * (swizzle128_bytes(t.tile_k, head_dim_qk_bucket) +
-                     swizzle128_bytes(t.tile_k, head_dim_v_bucket)) +
-         8 * (1 + 2 * t.stages);
+  return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket,
+                           hopper_tile(head_dim_qk_bucket, head_dim_v_bucket).tile_k);
 }
 
 static_assert(hopper_shared_bytes(256, 256) <= 227 * 1024, "256 wgmma bucket exceeds sm_90 smem");

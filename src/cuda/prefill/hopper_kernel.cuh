@@ -2,10 +2,10 @@
 // mma.sync kernel (kernel.cuh), with both products on warpgroup MMAs. Each
 // warpgroup owns 64 query rows of one (batch, head); Q stays in shared
 // memory, K/V tiles stream in through the tensor memory accelerator (TMA),
-// all in the 128-byte swizzle that wgmma reads. S = Q K^T takes both operands from shared memory
-// (K-major); O += P V takes P from the S registers and V from shared memory
-// (N-major, transposed by the instruction). Included only by the generated
-// instance files.
+// all in the 128-byte swizzle that wgmma reads. S = Q K^T takes both
+// operands from shared memory (K-major); O += P V takes P from the S
+// registers and V from shared memory (N-major, transposed by the
+// instruction). Included only by the generated instance files.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -67,7 +67,7 @@ std::vector<PrefillBucketPair> prefill_bucket_pairs() {
 
 namespace {
 
-// Constraints shared by the mma.sync rows and the exact f32 row.
+// Constraints shared by the 16-bit rows (wgmma, mma.sync) and the exact f32 row.
 Verdict prefill_layout_and_size(const Problem& p) {
   if (!p.rows_contiguous_aligned)
     return Verdict::no(
@@ -88,10 +88,6 @@ Verdict prefill_layout_and_size(const Problem& p) {
                        ": prefill supports at most 65535 of each (grid limits)");
   return Verdict::yes();
 }
-
-}  // namespace
-
-namespace {
 
 // The checks both 16-bit rows share: dtype, layout, sizes, a compiled pair.
 Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
