@@ -57,58 +57,51 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
                               head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
-// The wgmma kernel (sm_90a, hopper_kernel.cuh): each warpgroup owns 64 query
-// rows; K/V tiles of tile_k keys stream through a `stages`-deep ring (2: the
+// The wgmma kernel (sm_90a, hopper_kernel.cuh): 2 warpgroups of 64 query rows
+// each per block; K/V tiles of hopper_tile_k keys in a ring of 2 stages (the
 // kernel's schedule keeps two K and two V tiles).
-struct HopperTile {
-  int warpgroups;
-  int tile_k;  // keys per stage: the N of S = Q K^T, the K of O += P V
-  int stages;
-};
-
 constexpr int kHopperWarpgroups = 2;
+constexpr int kHopperTileQ = kHopperWarpgroups * 64;
+constexpr int kHopperStages = 2;
 
 // Bytes of one operand tile as TMA writes it in the 128-byte swizzle: one
 // panel of rows x 128 bytes per 64 columns (16-bit elements).
 constexpr int swizzle128_bytes(int rows, int cols) { return (cols + 63) / 64 * rows * 128; }
 
-// Shared memory of one wgmma block with key tiles of tile_k: Q, two stages of
-// K and V, the copy barriers (8 bytes each for Q and every K and V stage), and
+// Shared memory of one wgmma block with key tiles of tile_k: Q, the K and V
+// stages, the copy barriers (8 bytes each for Q and every K and V stage), and
 // 1024 bytes to align the start to the swizzle's 1024-byte period.
 constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int tile_k) {
-  constexpr int kStages = 2;
-  return 1024 + swizzle128_bytes(kHopperWarpgroups * 64, head_dim_qk_bucket) +
-         kStages * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
-                    swizzle128_bytes(tile_k, head_dim_v_bucket)) +
-         8 * (1 + 2 * kStages);
+  return 1024 + swizzle128_bytes(kHopperTileQ, head_dim_qk_bucket) +
+         kHopperStages * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
+                          swizzle128_bytes(tile_k, head_dim_v_bucket)) +
+         8 * (1 + 2 * kHopperStages);
 }
 
-constexpr HopperTile hopper_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  // The longest key tile the registers and shared memory (227 KB) allow:
-  // fewer block barriers and longer wgmma N per key. Registers per thread: O
-  // is Dv / 2, S tile_k / 2 (f32), P of the previous tile tile_k / 4;
-  // ptxas -v (sm_90a, TMA loads), no spills: 128/128 with 128 keys 248
-  // registers, 176/176 with 96 keys and 256/256 with 64 keys fewer.
+// Keys per stage: the N of S = Q K^T, the K of O += P V. The longest key tile
+// the registers and shared memory (227 KB) allow: fewer block barriers and
+// longer wgmma N per key. Registers per thread: O is Dv / 2, S tile_k / 2
+// (f32), P of the previous tile tile_k / 4; ptxas -v (sm_90a, TMA loads), no
+// spills: 128/128 with 128 keys 248 registers, 176/176 with 96 keys and
+// 256/256 with 64 keys fewer.
+constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket) {
   const int tile_k = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
-  if (hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= 227 * 1024)
-    return {kHopperWarpgroups, tile_k, 2};
-  return {kHopperWarpgroups, 64, 2};
+  return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= 227 * 1024 ? tile_k
+                                                                                        : 64;
 }
-
-constexpr int hopper_tile_q(const HopperTile& t) { return t.warpgroups * 64; }
 
 constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket,
-                           hopper_tile(head_dim_qk_bucket, head_dim_v_bucket).tile_k);
+                           hopper_tile_k(head_dim_qk_bucket, head_dim_v_bucket));
 }
 
 static_assert(hopper_shared_bytes(256, 256) <= 227 * 1024, "256 wgmma bucket exceeds sm_90 smem");
 static_assert(hopper_shared_bytes(128, 128) <= 227 * 1024, "128 wgmma bucket exceeds sm_90 smem");
-static_assert(hopper_tile(64, 64).tile_k % 16 == 0 && hopper_tile(256, 256).tile_k % 16 == 0 &&
-                  hopper_tile(256, 256).tile_k <= 256,
+static_assert(hopper_tile_k(64, 64) % 16 == 0 && hopper_tile_k(256, 256) % 16 == 0 &&
+                  hopper_tile_k(256, 256) <= 256,
               "tile_k is a wgmma N (<= 256) and a multiple of the k step");
 // The V descriptor's leading offset (one panel of tile_k rows) must fit 14 bits of 16 bytes.
-static_assert(swizzle128_bytes(hopper_tile(128, 128).tile_k, 64) < (1 << 18),
+static_assert(swizzle128_bytes(hopper_tile_k(128, 128), 64) < (1 << 18),
               "V panel too large for a wgmma descriptor");
 
 static_assert(decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).tile_k == 128 &&

@@ -31,14 +31,13 @@ struct PrefillMaps {
 };
 
 template <int kDqk, int kDv, typename T>
-__global__ void __launch_bounds__(hopper_tile(kDqk, kDv).warpgroups * 128, 1)
+__global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
     prefill_hopper_kernel(const PrefillParams p, const __grid_constant__ PrefillMaps maps) {
 #if FSDPA_WGMMA_ARCH
   using namespace prefill_impl;
-  constexpr HopperTile kTile = hopper_tile(kDqk, kDv);
-  constexpr int kTileQ = hopper_tile_q(kTile);
-  constexpr int kTileK = kTile.tile_k;
-  constexpr int kStages = kTile.stages;
+  constexpr int kTileQ = kHopperTileQ;
+  constexpr int kTileK = hopper_tile_k(kDqk, kDv);
+  constexpr int kStages = kHopperStages;
   constexpr int kKeyTiles = kTileK / 8;  // 8-column tiles of S
   constexpr int kDvTiles = kDv / 8;      // 8-column tiles of O
   constexpr int kQBytes = swizzle128_bytes(kTileQ, kDqk);
@@ -213,8 +212,7 @@ __global__ void __launch_bounds__(hopper_tile(kDqk, kDv).warpgroups * 128, 1)
 // (bucket, dtype) kernel.
 template <int kDqk, int kDv, typename T>
 void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
-  constexpr HopperTile kTile = hopper_tile(kDqk, kDv);
-  constexpr int kThreads = kTile.warpgroups * 128;
+  constexpr int kThreads = kHopperWarpgroups * 128;
   constexpr int kSharedBytes = hopper_shared_bytes(kDqk, kDv);
   const void* kernel = reinterpret_cast<const void*>(&prefill_hopper_kernel<kDqk, kDv, T>);
   prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill_hopper");
@@ -222,12 +220,12 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
   const MaskSemantics& sem = params.semantics;
   const PrefillMaps maps{
       make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q, params.head_dim_qk,
-                          params.q_strides, hopper_tile_q(kTile)),
+                          params.q_strides, kHopperTileQ),
       make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,
-                          params.k_strides, kTile.tile_k),
+                          params.k_strides, hopper_tile_k(kDqk, kDv)),
       make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
-                          params.v_strides, kTile.tile_k)};
-  const int64_t q_blocks = (sem.len_q + hopper_tile_q(kTile) - 1) / hopper_tile_q(kTile);
+                          params.v_strides, hopper_tile_k(kDqk, kDv))};
+  const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
   const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
                   static_cast<unsigned>(params.batch));
   prefill_hopper_kernel<kDqk, kDv, T><<<grid, kThreads, kSharedBytes, stream>>>(params, maps);

@@ -176,8 +176,8 @@ Verdict prefill_hopper_supports(const Problem& p, const Options&) {
 void prefill_hopper_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
-  const HopperTile tile = hopper_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
-  configure_16bit(p, plan, hopper_tile_q(tile), tile.tile_k);
+  configure_16bit(p, plan, kHopperTileQ,
+                  hopper_tile_k(instance->head_dim_qk_bucket, instance->head_dim_v_bucket));
 }
 
 PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
