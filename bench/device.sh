@@ -8,7 +8,7 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench|prefill|route]   (carry: .devbuild/deps)
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -68,7 +68,7 @@ awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if 
 # kind (wgmma shows as HGMMA, mma.sync as HMMA) and local-memory traffic.
 if command -v cuobjdump >/dev/null; then
   cuobjdump -sass $BUILD/libfsdpa.so >"$OUT/sass.txt" 2>/dev/null
-  awk '/Function :/ {k = $3 ~ /prefill_hopper/ ? "prefill_hopper" : $3 ~ /prefill_kernel/ ? "prefill_mma" : $3 ~ /decode/ ? "decode" : "other"}
+  awk '/Function :/ {k = $3 ~ /prefill_hopper/ ? "prefill_hopper" : $3 ~ /prefill_kernel/ ? "prefill_mma" : $3 ~ /decode_mla/ ? "decode_mla" : $3 ~ /decode/ ? "decode" : "other"}
        /HGMMA/ {g[k]++} /HMMA/ {h[k]++} /LDL|STL/ {l[k]++} /Function :/ {f[k]++}
        END {for (k in f) printf "sass %s: %d kernels, HGMMA %d, HMMA %d, LDL/STL %d\n", k, f[k], g[k], h[k], l[k]}' \
     "$OUT/sass.txt" | sort | tee -a "$SUMMARY"
@@ -109,6 +109,42 @@ if [ "$STAGES" = prefill ]; then
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
     python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:---quick} >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+fi
+
+# ------------------------------------------------------------------ decode loop
+# `decode`: the decode GPU tests, memcheck/racecheck on small MLA and split
+# cases, and decode_bench.py on DECODE_ROWS (indices into its ROWS; default:
+# MLA, D=128 at Lk=32768 and at 131072) with per-kernel profile times.
+if [ "$STAGES" = decode ]; then
+  t0=$(date +%s)
+  timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
+  say "decode gpu tests: rc=$? $(($(date +%s) - t0)) s"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
+  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
+  grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
+  small='Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks'
+  timeout $(limit 90) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
+  say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit 90) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
+    --gtest_filter="$small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  mkdir -p "$OUT/bench"
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
+    python3 -X faulthandler bench/decode_bench.py --rows "${DECODE_ROWS:-15,3,10}" --profile \
+    --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
+    >"$OUT/bench-decode.log" 2>&1
+  say "decode bench: rc=$?"
+  grep -E 'kernel|us' "$OUT/bench-decode.log" | tail -20
+  # NCU=1: Nsight Compute on the MLA row (stall reasons, pipe use), one launch.
+  if [ "${NCU:-0}" = 1 ]; then
+    timeout $(limit 120) ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis -k regex:decode_mla -c 1 \
+      $BUILD/bin/fsdpa run --device cuda --hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 --dv 512 --mla \
+      >"$OUT/ncu-mla.txt" 2>&1
+    say "ncu mla: rc=$?"
+    grep -E 'Duration|Throughput|Stall|Issue|Eligible|Active Warps|Pipe|Busy|Executed Ipc' "$OUT/ncu-mla.txt" | head -40
+  fi
 fi
 
 # ------------------------------------------------------------------ tests
@@ -175,7 +211,7 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   timeout $(limit 45) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_unfused \
     --gtest_filter='*boolEmpty*:*L97x0*:*interleaved*' --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
   say "memcheck unfused: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  decode_small='Decode.SplitsForced:Decode.FullyMaskedRowsAndSinks:Decode.EmptyKeys'
+  decode_small='Decode.SplitsForced:Decode.FullyMaskedRowsAndSinks:Decode.EmptyKeys:Decode.MlaRowsPerKvHead'
   timeout $(limit 90) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
     --gtest_filter="$decode_small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
   say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"

@@ -18,6 +18,11 @@ namespace {
 const KernelRow kTable[] = {
 #if FSDPA_WITH_CUDA
     // Few queries: split-K over the keys; routed by the decode row's supports().
+    {"cuda_fused_decode_mla", Backend::CUDA, Path::FusedDecode, cuda::decode_mla_supports,
+     cuda::decode_mla_configure, cuda::decode_mla_launch,
+     "few-query MLA (512 < Dqk <= 576, Dv <= 512, v a view of k's first Dv columns), bf16/f16, "
+     "sm_90 only: 64 packed query rows per block on wgmma tensor cores, K tiles through TMA, "
+     "split-K + combine"},
     {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "

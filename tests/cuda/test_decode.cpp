@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/half.h"
@@ -20,6 +21,7 @@
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_config.h"
 #include "fsdpa/fsdpa.h"
+#include "select/table.h"
 
 namespace {
 
@@ -76,7 +78,9 @@ struct Buffer {
   }
   void poison_device() {
     if (host.empty()) return;
-    ASSERT_EQ(cudaMalloc(&device, host.size()), cudaSuccess);
+    if (device == nullptr) {
+      ASSERT_EQ(cudaMalloc(&device, host.size()), cudaSuccess);
+    }
     ASSERT_EQ(cudaMemset(device, 0xff, host.size()), cudaSuccess);  // NaN in every dtype
   }
   void download() {
@@ -106,6 +110,53 @@ void set_env_splits(int splits) {
     setenv("FSDPA_DECODE_SPLITS", std::to_string(splits).c_str(), 1);
   else
     unsetenv("FSDPA_DECODE_SPLITS");
+}
+
+// out and lse (downloaded) against the float64 reference.
+void compare(const Case& c, const Tensors& host_tensors, const detail::cpu::ReferenceResult& ref,
+             const Buffer& out, const Buffer& lse, const Plan& plan) {
+  const size_t rows = size_t(c.batch * c.heads_q * c.len_q);
+  double err2 = 0, ref2 = 0, max_abs = 0;
+  int64_t unwritten = 0;
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads_q; ++h)
+      for (int64_t i = 0; i < c.len_q; ++i)
+        for (int64_t d = 0; d < c.dv; ++d) {
+          const double got = detail::load_as_float(out.host.data(), c.dtype,
+                                                   detail::offset_of(host_tensors.out, b, h, i, d));
+          const double want = ref.out[size_t(((b * c.heads_q + h) * c.len_q + i) * c.dv + d)];
+          if (std::isnan(got)) ++unwritten;
+          err2 += (got - want) * (got - want);
+          ref2 += want * want;
+          max_abs = std::max(max_abs, std::abs(got - want));
+        }
+  EXPECT_EQ(unwritten, 0) << "NaN (poison) left in out";
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  EXPECT_LE(rel, tolerance(c.dtype)) << "max abs " << max_abs << "\n" << plan.explain();
+  if (c.lse) {
+    for (size_t r = 0; r < rows; ++r) {
+      float got;
+      std::memcpy(&got, lse.host.data() + r * 4, 4);
+      const double want = ref.lse[r];
+      if (std::isinf(want)) {
+        EXPECT_TRUE(std::isinf(got) && got < 0) << "row " << r << " lse " << got;
+      } else {
+        EXPECT_NEAR(got, want, 1e-3 * std::max(1.0, std::abs(want))) << "row " << r;
+      }
+    }
+  }
+}
+
+// Every decode row of the table that serves the problem here (the wgmma MLA
+// row and the mma.sync row both take MLA shapes on sm_90): each must be right.
+std::vector<int> decode_rows(const Problem& problem, const Options& options) {
+  std::vector<int> rows;
+  const auto table = detail::selection_table();
+  for (size_t i = 0; i < table.size(); ++i)
+    if (table[i].path == Path::FusedDecode && table[i].backend == Backend::CUDA &&
+        table[i].supports(problem, options).ok)
+      rows.push_back(int(i));
+  return rows;
 }
 
 void run_case(const Case& c) {
@@ -194,65 +245,45 @@ void run_case(const Case& c) {
   options.policy = Policy::ForceFused;
 
   const Tensors device_tensors = make(true);
-  set_env_splits(c.splits);
-  Plan plan;
-  try {
-    plan = fsdpa::plan(describe(device_tensors, options), options);
-  } catch (...) {
-    set_env_splits(0);
-    throw;
-  }
-  set_env_splits(0);
-  ASSERT_EQ(plan.path, Path::FusedDecode) << plan.explain();
-  if (c.splits > 0) {
-    ASSERT_EQ(plan.num_kv_splits, c.splits);
-  }
-  const size_t rows = size_t(c.batch * c.heads_q * c.len_q);
-  EXPECT_LE(plan.workspace_bytes, rows * size_t(plan.num_kv_splits) * size_t(c.dv + 2) * 4);
-  void* workspace = nullptr;
-  if (plan.workspace_bytes) {
-    CUDA_OK(cudaMalloc(&workspace, plan.workspace_bytes));
-  }
-  run(plan, device_tensors, workspace, plan.workspace_bytes, nullptr);
-  CUDA_OK(cudaDeviceSynchronize());
-  if (workspace) {
-    CUDA_OK(cudaFree(workspace));
-  }
-  out.download();
-  lse.download();
-
-  Tensors host_tensors = make(false);
+  const Tensors host_tensors = make(false);
   // The reference reads the inputs; its own output views are ignored.
   const detail::cpu::ReferenceResult ref = detail::cpu::reference_attention(host_tensors, options);
-
-  double err2 = 0, ref2 = 0, max_abs = 0;
-  int64_t unwritten = 0;
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t h = 0; h < c.heads_q; ++h)
-      for (int64_t i = 0; i < c.len_q; ++i)
-        for (int64_t d = 0; d < c.dv; ++d) {
-          const double got = detail::load_as_float(out.host.data(), c.dtype,
-                                                   detail::offset_of(host_tensors.out, b, h, i, d));
-          const double want = ref.out[size_t(((b * c.heads_q + h) * c.len_q + i) * c.dv + d)];
-          if (std::isnan(got)) ++unwritten;
-          err2 += (got - want) * (got - want);
-          ref2 += want * want;
-          max_abs = std::max(max_abs, std::abs(got - want));
-        }
-  EXPECT_EQ(unwritten, 0) << "NaN (poison) left in out";
-  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  EXPECT_LE(rel, tolerance(c.dtype)) << "max abs " << max_abs << "\n" << plan.explain();
-  if (c.lse) {
-    for (size_t r = 0; r < rows; ++r) {
-      float got;
-      std::memcpy(&got, lse.host.data() + r * 4, 4);
-      const double want = ref.lse[r];
-      if (std::isinf(want)) {
-        EXPECT_TRUE(std::isinf(got) && got < 0) << "row " << r << " lse " << got;
-      } else {
-        EXPECT_NEAR(got, want, 1e-3 * std::max(1.0, std::abs(want))) << "row " << r;
-      }
+  const Problem problem = describe(device_tensors, options);
+  const std::vector<int> rows = decode_rows(problem, options);
+  ASSERT_FALSE(rows.empty()) << "no decode row serves " << c.name();
+  // plan() routes the problem to the first of them.
+  EXPECT_EQ(fsdpa::plan(problem, options).kernel, detail::selection_table()[size_t(rows[0])].name);
+  for (int row : rows) {
+    SCOPED_TRACE(std::string(detail::selection_table()[size_t(row)].name));
+    out.poison_device();
+    lse.poison_device();
+    set_env_splits(c.splits);
+    Plan plan;
+    try {
+      plan = detail::plan_for_row(problem, options, row);
+    } catch (...) {
+      set_env_splits(0);
+      throw;
     }
+    set_env_splits(0);
+    ASSERT_EQ(plan.path, Path::FusedDecode) << plan.explain();
+    if (c.splits > 0) {
+      ASSERT_EQ(plan.num_kv_splits, c.splits);
+    }
+    const size_t rows_total = size_t(c.batch * c.heads_q * c.len_q);
+    EXPECT_LE(plan.workspace_bytes, rows_total * size_t(plan.num_kv_splits) * size_t(c.dv + 2) * 4);
+    void* workspace = nullptr;
+    if (plan.workspace_bytes) {
+      CUDA_OK(cudaMalloc(&workspace, plan.workspace_bytes));
+    }
+    run(plan, device_tensors, workspace, plan.workspace_bytes, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    if (workspace) {
+      CUDA_OK(cudaFree(workspace));
+    }
+    out.download();
+    lse.download();
+    compare(c, host_tensors, ref, out, lse, plan);
   }
 }
 
@@ -340,20 +371,95 @@ TEST(Decode, SplitsForced) {
   }
 }
 
-TEST(Decode, Mla) {
+// MLA: v is the first Dv columns of k. On sm_90 both the wgmma MLA row (64
+// packed rows a block) and the mma.sync row serve it, and run_case runs each.
+Case mla_case() {
   Case c;
   c.heads_q = 128;
   c.heads_kv = 1;
   c.dqk = 576;
   c.dv = 512;
-  c.len_k = 577;
   c.v_aliases_k = true;
   c.scale = 0.1;
+  return c;
+}
+
+TEST(Decode, Mla) {
+  for (int64_t lk : {1, 17, 577, 4099})
+    for (int splits : {0, 1, 7}) {
+      Case c = mla_case();
+      c.len_k = lk;
+      c.splits = splits;
+      run_case(c);
+    }
+  Case c = mla_case();
+  c.len_k = 577;
+  for (DType dtype : {DType::F16, DType::F32}) {  // f32: the CUDA-core row only
+    c.dtype = dtype;
+    run_case(c);
+  }
+}
+
+// Packed rows per kv head below, at and across the 64-row block: 16, 64,
+// 96 (a partial second block), 256 (Lq 2 x 128 heads, causal).
+TEST(Decode, MlaRowsPerKvHead) {
+  for (int64_t heads : {16, 64, 96}) {
+    Case c = mla_case();
+    c.heads_q = heads;
+    c.len_k = 1000;
+    run_case(c);
+  }
+  Case c = mla_case();
+  c.len_q = 2;
+  c.causal = true;
+  c.len_k = 1000;
+  c.splits = 3;
   run_case(c);
-  c.splits = 1;
+}
+
+TEST(Decode, MlaSemantics) {
+  for (MaskCase mask : {MaskCase::AdditiveF32, MaskCase::BooleanFullyMaskedRow}) {
+    Case c = mla_case();
+    c.heads_q = 16;
+    c.len_q = 4;
+    c.len_k = 700;
+    c.causal = true;
+    c.mask = mask;
+    c.sinks = true;
+    c.splits = 5;
+    run_case(c);
+  }
+  Case c = mla_case();
+  c.heads_q = 32;
+  c.len_q = 3;
+  c.len_k = 2000;
+  c.causal = true;
+  c.window = 100;
+  c.sinks = true;
   run_case(c);
-  c.dtype = DType::F32;
-  c.splits = 0;
+  c.window.reset();
+  c.len_q = 9;  // bottom-right causal with Lq > Lk: the first rows see nothing
+  c.len_k = 5;
+  c.splits = 2;
+  run_case(c);
+}
+
+// Head dims the 576 bucket takes: a partial last panel (528), Dv below 512.
+TEST(Decode, MlaHeadDims) {
+  for (auto [dqk, dv] : {std::pair<int64_t, int64_t>{528, 512}, {576, 128}, {576, 504}}) {
+    Case c = mla_case();
+    c.heads_q = 64;
+    c.dqk = dqk;
+    c.dv = dv;
+    c.len_k = 333;
+    run_case(c);
+  }
+}
+
+TEST(Decode, MlaLongKeys) {
+  Case c = mla_case();
+  c.heads_q = 16;
+  c.len_k = 32768;
   run_case(c);
 }
 

@@ -86,6 +86,8 @@ int device_count() {
   return count;
 }
 
+bool has_device(int index) { return index >= 0 && index < device_count(); }
+
 const DeviceInfo& device_info(int index) {
   static std::mutex mutex;
   static std::vector<std::unique_ptr<DeviceInfo>> cache;

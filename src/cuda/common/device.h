@@ -9,6 +9,8 @@ namespace fsdpa::detail::cuda {
 
 // Number of CUDA devices; 0 when there is no driver or no device (never throws).
 int device_count();
+// Whether device `index` exists (plan() may run on a machine without one).
+bool has_device(int index);
 
 struct DeviceInfo {
   std::string name;

@@ -10,9 +10,17 @@
 
 namespace fsdpa::detail::cuda {
 
-// A barrier that completes when one arrival and `bytes` of copies landed.
-__device__ __forceinline__ void barrier_init(uint32_t barrier) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(barrier) : "memory");
+// A barrier whose phase completes after `arrivals` arrivals (and, for a
+// copy barrier, the bytes announced by barrier_expect_bytes).
+__device__ __forceinline__ void barrier_init(uint32_t barrier, uint32_t arrivals = 1) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals)
+               : "memory");
+}
+
+// This thread's arrival, releasing its earlier memory accesses to the
+// threads that wait for the phase (barrier_wait acquires).
+__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
 
 // Makes initialized barriers visible to the copy engine; then a block barrier.

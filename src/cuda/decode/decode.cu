@@ -18,6 +18,7 @@
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_buckets.h"
 #include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_host.h"
 #include "cuda/decode/decode_instances.h"
 #include "cuda/decode/decode_launch.h"
 
@@ -152,6 +153,43 @@ Verdict decode_supports(const Problem& p, const Options&) {
   return Verdict::yes();
 }
 
+void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid) {
+  plan.head_dim_qk_bucket = grid.head_dim_qk_bucket;
+  plan.head_dim_v_bucket = grid.head_dim_v_bucket;
+  plan.pad_ratio = double(grid.head_dim_qk_bucket + grid.head_dim_v_bucket) /
+                   double(p.head_dim_qk + p.head_dim_v);
+  plan.tile_q = grid.rows;
+  plan.tile_k = grid.keys;
+
+  const int64_t rows_total = p.batch * p.heads_q * p.len_q;
+  const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
+  const int64_t row_chunks = (kv_group_size * p.len_q + grid.rows - 1) / grid.rows;
+  const auto [key_begin, key_end] = key_hull(p, plan.options);
+  const int64_t hull = key_end - key_begin;
+
+  int splits = forced_splits();
+  if (splits == 0) {
+    const int multiprocessors = has_device(p.device.index)
+                                    ? device_info(p.device.index).multiprocessors
+                                    : kAssumedMultiprocessors;
+    // One full wave: every block of the grid resident at once.
+    const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
+    const int64_t wave = int64_t(multiprocessors) * grid.blocks_per_sm;
+    int64_t want = std::max<int64_t>(1, wave / base_blocks);
+    want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
+    want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);
+    // Even splits of a multiple of the row's key step, none empty.
+    const int64_t multiple = grid.split_keys_multiple;
+    const int64_t keys_per_split =
+        ((hull + want - 1) / std::max<int64_t>(want, 1) + multiple - 1) / multiple * multiple;
+    splits = keys_per_split > 0 ? int((hull + keys_per_split - 1) / keys_per_split) : 1;
+  }
+  plan.num_kv_splits = splits;
+  plan.workspace_bytes =
+      splits > 1 ? size_t(rows_total) * size_t(splits) * size_t(p.head_dim_v + 2) * sizeof(float)
+                 : 0;
+}
+
 void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (covering == nullptr)  // only plan_for_row reaches here without supports()
@@ -162,55 +200,26 @@ void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket& bucket = *covering;
   const DecodeBlockShape tile =
       decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
-  plan.head_dim_qk_bucket = bucket.head_dim_qk;
-  plan.head_dim_v_bucket = bucket.head_dim_v;
-  plan.pad_ratio =
-      double(bucket.head_dim_qk + bucket.head_dim_v) / double(p.head_dim_qk + p.head_dim_v);
-  plan.tile_q = tile.rows;
-  plan.tile_k = tile.keys;
-
-  const int64_t rows_total = p.batch * p.heads_q * p.len_q;
-  const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
-  const int64_t row_chunks = (kv_group_size * p.len_q + tile.rows - 1) / tile.rows;
-  const auto [key_begin, key_end] = key_hull(p, plan.options);
-  const int64_t hull = key_end - key_begin;
-
-  int splits = forced_splits();
-  if (splits == 0) {
-    int multiprocessors = kAssumedMultiprocessors, blocks_per_sm = kAssumedBlocksPerSm;
-    if (p.device.index < device_count()) {
-      multiprocessors = device_info(p.device.index).multiprocessors;
-      int current = 0;
-      FSDPA_CUDA_CHECK(cudaGetDevice(&current));
-      if (current == p.device.index)
-        blocks_per_sm =
-            std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
-                            .blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
-    }
-    // One full wave: every block of the grid resident at once.
-    const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
-    const int64_t wave = int64_t(multiprocessors) * blocks_per_sm;
-    int64_t want = std::max<int64_t>(1, wave / base_blocks);
-    want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
-    want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);
-    // Even splits, none empty.
-    const int64_t keys_per_split = (hull + want - 1) / std::max<int64_t>(want, 1);
-    splits = keys_per_split > 0 ? int((hull + keys_per_split - 1) / keys_per_split) : 1;
+  // Resident blocks per SM from the occupancy calculator where the device
+  // is the current one, else an H100/H200-like guess.
+  int blocks_per_sm = kAssumedBlocksPerSm;
+  if (has_device(p.device.index)) {
+    int current = 0;
+    FSDPA_CUDA_CHECK(cudaGetDevice(&current));
+    const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
+    if (current == p.device.index)
+      blocks_per_sm = std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
+                                      .blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
   }
-  plan.num_kv_splits = splits;
-  plan.workspace_bytes =
-      splits > 1 ? size_t(rows_total) * size_t(splits) * size_t(p.head_dim_v + 2) * sizeof(float)
-                 : 0;
+  configure_decode_plan(
+      p, plan,
+      DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1});
 }
 
-void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,
+                                int rows_per_block) {
   const Problem& p = plan.problem;
   const int64_t rows_total = p.batch * p.heads_q * p.len_q;
-  if (rows_total == 0 || p.head_dim_v == 0) return;
-  const DecodeBucketFns fns = bucket_fns(p.dtype, plan.head_dim_qk_bucket, plan.head_dim_v_bucket);
-  const DecodeBlockShape tile = decode_block_shape(
-      elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
-
   auto strides = [](const TensorView& view) {
     return Strides4{view.strides[0], view.strides[1], view.strides[2],
                     view.rank > 3 ? view.strides[3] : 0};
@@ -260,7 +269,7 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
   d.head_dim_v = int(p.head_dim_v);
   d.kv_group_size = int(p.heads_q / p.heads_kv);
   d.rows_per_kv_head = d.kv_group_size * d.len_q;
-  d.row_chunks = (d.rows_per_kv_head + tile.rows - 1) / tile.rows;
+  d.row_chunks = (d.rows_per_kv_head + rows_per_block - 1) / rows_per_block;
   d.scale_log2 = float(plan.scale * 1.4426950408889634);
   d.causal = plan.options.causal ? 1 : 0;
   d.has_window = plan.options.window_left ? 1 : 0;
@@ -281,7 +290,16 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
     d.partial_max_sum = static_cast<float*>(workspace);
     d.partial_out = d.partial_max_sum + 2 * int64_t(rows_total) * d.num_splits;
   }
-  fns.launch(d, static_cast<cudaStream_t>(stream));
+  return d;
+}
+
+void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+  const Problem& p = plan.problem;
+  if (p.batch * p.heads_q * p.len_q == 0 || p.head_dim_v == 0) return;
+  const DecodeBucketFns fns = bucket_fns(p.dtype, plan.head_dim_qk_bucket, plan.head_dim_v_bucket);
+  const DecodeBlockShape tile = decode_block_shape(
+      elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
+  fns.launch(make_decode_params(plan, t, workspace, tile.rows), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

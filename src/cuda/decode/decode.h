@@ -9,6 +9,11 @@ Verdict decode_supports(const Problem& problem, const Options& options);
 void decode_configure(const Problem& problem, Plan& plan);
 void decode_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
+// The wgmma MLA row (decode_mla.cu): 576/512 with v aliasing k, bf16/f16, sm_90.
+Verdict decode_mla_supports(const Problem& problem, const Options& options);
+void decode_mla_configure(const Problem& problem, Plan& plan);
+void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+
 // Whether a compiled bucket covers (head_dim_qk, head_dim_v): FSDPA_HEAD_DIMS
 // may leave buckets out; tests skip what is not built.
 bool decode_bucket_compiled(int64_t head_dim_qk, int64_t head_dim_v);

@@ -240,6 +240,31 @@ constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv) {
   return {t.rows, t.keys_per_warp * t.warps};
 }
 
+// ------------------------------------------------------------ MLA on wgmma (sm_90a)
+// The MLA kernel (decode_mla.cu) serves the 576/512 bucket when v is the
+// first Dv columns of k. A block owns 64 packed query rows (one wgmma M) and
+// one key split; two warpgroups share every K tile: warpgroup 0 computes
+// S = Q K^T over all 576 columns and the softmax, then both accumulate
+// O += P V, each for 256 of the 512 output columns (64 x 256 f32 is 128
+// registers a thread; 64 x 512 would not fit one warpgroup).
+inline constexpr int kMlaHeadDimQk = 576;
+inline constexpr int kMlaHeadDimV = 512;
+inline constexpr int kMlaRows = 64;      // packed query rows per block
+inline constexpr int kMlaTileK = 64;     // keys per K tile
+inline constexpr int kMlaThreads = 256;  // two warpgroups
+// Shared memory: Q and two K tiles, each 64 rows x 576 columns in 64-column
+// panels of 128-byte rows; P of a tile as warpgroup 0's register fragments
+// (4 k-steps x 4 registers x 128 threads), its rescale factors (one float2 a
+// thread), six mbarriers (two K stages full, P written, P read, two K
+// stages free); plus 1 KB to align the panels to 1024 bytes.
+inline constexpr size_t kMlaPanelTileBytes = size_t{kMlaTileK} * kMlaHeadDimQk * 2;
+inline constexpr size_t kMlaPBytes = size_t{kMlaTileK / 16} * 4 * 128 * 4;
+inline constexpr size_t kMlaCorrectionBytes = size_t{128} * 8;
+inline constexpr size_t kMlaSharedBytes =
+    1024 + 3 * kMlaPanelTileBytes + kMlaPBytes + kMlaCorrectionBytes + 6 * 8;
+static_assert(kMlaRows == kMlaTileK, "Q and K tiles share the panel geometry");
+static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
+
 // Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.
 static_assert(decode_mma_config(64, 64).stages >= 2 && decode_mma_config(512, 512).stages >= 2);
 static_assert(decode_mma_smem_bytes(576, 512, false) <= kDecodeMmaOneBlockBytes);

@@ -22,7 +22,7 @@ struct PrefillInstance {
 
 inline constexpr PrefillInstance kPrefillInstances[] = {
 #if defined(FSDPA_PREFILL_BUILT_16x16)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {16, 16, true, &launch_prefill<16, 16, __nv_bfloat16>, &launch_prefill<16, 16, __half>,
      &launch_prefill_hopper<16, 16, __nv_bfloat16>, &launch_prefill_hopper<16, 16, __half>},
 #else
@@ -33,7 +33,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {16, 16, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_32x32)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {32, 32, true, &launch_prefill<32, 32, __nv_bfloat16>, &launch_prefill<32, 32, __half>,
      &launch_prefill_hopper<32, 32, __nv_bfloat16>, &launch_prefill_hopper<32, 32, __half>},
 #else
@@ -44,7 +44,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {32, 32, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_48x48)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {48, 48, true, &launch_prefill<48, 48, __nv_bfloat16>, &launch_prefill<48, 48, __half>,
      &launch_prefill_hopper<48, 48, __nv_bfloat16>, &launch_prefill_hopper<48, 48, __half>},
 #else
@@ -55,7 +55,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {48, 48, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_64x64)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {64, 64, true, &launch_prefill<64, 64, __nv_bfloat16>, &launch_prefill<64, 64, __half>,
      &launch_prefill_hopper<64, 64, __nv_bfloat16>, &launch_prefill_hopper<64, 64, __half>},
 #else
@@ -66,7 +66,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {64, 64, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_80x80)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {80, 80, true, &launch_prefill<80, 80, __nv_bfloat16>, &launch_prefill<80, 80, __half>,
      &launch_prefill_hopper<80, 80, __nv_bfloat16>, &launch_prefill_hopper<80, 80, __half>},
 #else
@@ -77,7 +77,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {80, 80, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_96x96)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {96, 96, true, &launch_prefill<96, 96, __nv_bfloat16>, &launch_prefill<96, 96, __half>,
      &launch_prefill_hopper<96, 96, __nv_bfloat16>, &launch_prefill_hopper<96, 96, __half>},
 #else
@@ -88,7 +88,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {96, 96, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_112x112)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {112, 112, true, &launch_prefill<112, 112, __nv_bfloat16>, &launch_prefill<112, 112, __half>,
      &launch_prefill_hopper<112, 112, __nv_bfloat16>, &launch_prefill_hopper<112, 112, __half>},
 #else
@@ -99,7 +99,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {112, 112, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_128x128)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {128, 128, true, &launch_prefill<128, 128, __nv_bfloat16>, &launch_prefill<128, 128, __half>,
      &launch_prefill_hopper<128, 128, __nv_bfloat16>, &launch_prefill_hopper<128, 128, __half>},
 #else
@@ -110,7 +110,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {128, 128, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_144x144)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {144, 144, true, &launch_prefill<144, 144, __nv_bfloat16>, &launch_prefill<144, 144, __half>,
      &launch_prefill_hopper<144, 144, __nv_bfloat16>, &launch_prefill_hopper<144, 144, __half>},
 #else
@@ -121,7 +121,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {144, 144, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_160x160)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {160, 160, true, &launch_prefill<160, 160, __nv_bfloat16>, &launch_prefill<160, 160, __half>,
      &launch_prefill_hopper<160, 160, __nv_bfloat16>, &launch_prefill_hopper<160, 160, __half>},
 #else
@@ -132,7 +132,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {160, 160, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_176x176)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {176, 176, true, &launch_prefill<176, 176, __nv_bfloat16>, &launch_prefill<176, 176, __half>,
      &launch_prefill_hopper<176, 176, __nv_bfloat16>, &launch_prefill_hopper<176, 176, __half>},
 #else
@@ -143,7 +143,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {176, 176, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_192x192)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {192, 192, true, &launch_prefill<192, 192, __nv_bfloat16>, &launch_prefill<192, 192, __half>,
      &launch_prefill_hopper<192, 192, __nv_bfloat16>, &launch_prefill_hopper<192, 192, __half>},
 #else
@@ -154,7 +154,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {192, 192, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_208x208)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {208, 208, true, &launch_prefill<208, 208, __nv_bfloat16>, &launch_prefill<208, 208, __half>,
      &launch_prefill_hopper<208, 208, __nv_bfloat16>, &launch_prefill_hopper<208, 208, __half>},
 #else
@@ -165,7 +165,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {208, 208, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_224x224)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {224, 224, true, &launch_prefill<224, 224, __nv_bfloat16>, &launch_prefill<224, 224, __half>,
      &launch_prefill_hopper<224, 224, __nv_bfloat16>, &launch_prefill_hopper<224, 224, __half>},
 #else
@@ -176,7 +176,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {224, 224, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_240x240)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {240, 240, true, &launch_prefill<240, 240, __nv_bfloat16>, &launch_prefill<240, 240, __half>,
      &launch_prefill_hopper<240, 240, __nv_bfloat16>, &launch_prefill_hopper<240, 240, __half>},
 #else
@@ -187,7 +187,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {240, 240, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_256x256)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {256, 256, true, &launch_prefill<256, 256, __nv_bfloat16>, &launch_prefill<256, 256, __half>,
      &launch_prefill_hopper<256, 256, __nv_bfloat16>, &launch_prefill_hopper<256, 256, __half>},
 #else
@@ -198,7 +198,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {256, 256, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_96x64)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {96, 64, true, &launch_prefill<96, 64, __nv_bfloat16>, &launch_prefill<96, 64, __half>,
      &launch_prefill_hopper<96, 64, __nv_bfloat16>, &launch_prefill_hopper<96, 64, __half>},
 #else
@@ -209,7 +209,7 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {96, 64, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_192x128)
-#if defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_WGMMA_KERNELS)
     {192, 128, true, &launch_prefill<192, 128, __nv_bfloat16>, &launch_prefill<192, 128, __half>,
      &launch_prefill_hopper<192, 128, __nv_bfloat16>, &launch_prefill_hopper<192, 128, __half>},
 #else

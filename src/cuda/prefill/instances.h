@@ -3,7 +3,7 @@
 // each is compiled in instances/<kernel>_<qk>x<dv>_<dtype>.cu when
 // FSDPA_HEAD_DIMS selects both buckets (CMake defines
 // FSDPA_PREFILL_BUILT_<qk>x<dv>) and, for the wgmma kernel, when
-// FSDPA_CUDA_ARCHS has 90a (CMake defines FSDPA_PREFILL_HOPPER).
+// FSDPA_CUDA_ARCHS has 90a (CMake defines FSDPA_WGMMA_KERNELS).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -91,92 +91,92 @@ extern template void launch_prefill<96, 64, __half>(const PrefillParams&, cudaSt
 extern template void launch_prefill<192, 128, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 extern template void launch_prefill<192, 128, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_16x16) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_16x16) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<16, 16, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<16, 16, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_32x32) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_32x32) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<32, 32, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<32, 32, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_48x48) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_48x48) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<48, 48, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<48, 48, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_64x64) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_64x64) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<64, 64, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<64, 64, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_80x80) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_80x80) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<80, 80, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<80, 80, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_96x96) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_96x96) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<96, 96, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<96, 96, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_112x112) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_112x112) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<112, 112, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<112, 112, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_128x128) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_128x128) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<128, 128, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<128, 128, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_144x144) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_144x144) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<144, 144, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<144, 144, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_160x160) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_160x160) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<160, 160, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<160, 160, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_176x176) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_176x176) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<176, 176, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<176, 176, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_192x192) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_192x192) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<192, 192, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<192, 192, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_208x208) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_208x208) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<208, 208, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<208, 208, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_224x224) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_224x224) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<224, 224, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<224, 224, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_240x240) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_240x240) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<240, 240, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<240, 240, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_256x256) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_256x256) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<256, 256, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<256, 256, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_96x64) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_96x64) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<96, 64, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);
 extern template void launch_prefill_hopper<96, 64, __half>(const PrefillParams&, cudaStream_t);
 #endif
-#if defined(FSDPA_PREFILL_BUILT_192x128) && defined(FSDPA_PREFILL_HOPPER)
+#if defined(FSDPA_PREFILL_BUILT_192x128) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<192, 128, __nv_bfloat16>(const PrefillParams&,
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<192, 128, __half>(const PrefillParams&, cudaStream_t);

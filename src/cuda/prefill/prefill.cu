@@ -51,8 +51,6 @@ const PrefillInstance* find_instance(int64_t head_dim_qk, int64_t head_dim_v) {
   return best;
 }
 
-bool has_device(int index) { return index >= 0 && index < device_count(); }
-
 std::string str(int64_t x) { return std::to_string(x); }
 
 }  // namespace

@@ -22,8 +22,6 @@ constexpr int kColumnsPerLane = kMaxHeadDim / kLanesPerRow;
 constexpr int kKeysPerLane = kKeys / kLanesPerRow;
 static_assert(kThreads == 128 && kKeys % kLanesPerRow == 0, "quad layout");
 
-bool has_device_index(int index) { return index >= 0 && index < device_count(); }
-
 size_t shared_bytes(int head_dim_qk, int head_dim_v) {
   return sizeof(float) *
          (static_cast<size_t>(kRows) * (head_dim_qk + 1) +
@@ -161,7 +159,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
 }  // namespace
 
 Verdict simt_f32_supports(const Problem& problem, const Options&) {
-  if (has_device_index(problem.device.index)) {
+  if (has_device(problem.device.index)) {
     const DeviceInfo& info = device_info(problem.device.index);
     const size_t needed =
         shared_bytes(static_cast<int>(problem.head_dim_qk), static_cast<int>(problem.head_dim_v));

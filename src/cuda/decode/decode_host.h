@@ -1,0 +1,31 @@
+// Host pieces shared by the decode family's table rows (decode.cu: the
+// mma.sync and CUDA-core kernels; decode_mla.cu: the wgmma MLA kernel): the
+// plan's split count and workspace, and the kernel parameters of a call.
+#pragma once
+
+#include "cuda/decode/decode_params.h"
+#include "select/table.h"
+
+namespace fsdpa::detail::cuda {
+
+// What a row's kernel needs planned: the bucket it runs, its block shape
+// (packed rows, keys per pipeline step), how many of its blocks fit one
+// multiprocessor, and the multiple of keys a split is rounded up to.
+struct DecodeGrid {
+  int head_dim_qk_bucket, head_dim_v_bucket;
+  int rows, keys;
+  int blocks_per_sm;
+  int split_keys_multiple;
+};
+
+// Fills the plan's kernel facts: buckets, tile, the split count (one full
+// wave of blocks, or FSDPA_DECODE_SPLITS) and the workspace
+// (rows x splits x (Dv + 2) floats when splits > 1).
+void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid& grid);
+
+// The kernels' parameters for one call of a planned decode problem, with
+// rows_per_block packed rows per block.
+DecodeParams make_decode_params(const Plan& plan, const Tensors& tensors, void* workspace,
+                                int rows_per_block);
+
+}  // namespace fsdpa::detail::cuda

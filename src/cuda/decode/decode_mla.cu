@@ -1,0 +1,416 @@
+// The MLA decode kernel (sm_90a) and its selection-table row: DeepSeek's
+// 576/512 heads with v the first 512 columns of k, many query heads on one
+// latent head. With 128 packed rows a K row feeds 128 dot products of 576
+// and 128 of 512, so the shape is compute-bound and wants warpgroup MMAs.
+//
+// One block owns 64 packed query rows (one wgmma M) and one key split of one
+// (batch, kv head). Q stays in shared memory; K tiles of 64 keys x 576
+// columns arrive through TMA (128-byte swizzle, two stages, issued by one
+// thread of warpgroup 1). Per tile:
+//   warpgroup 0: S = Q K^T (36 k-steps, both operands in shared memory), the
+//                masks and the online softmax, then P (register fragments)
+//                and the rescale factors into shared memory, then
+//                O[:, 0:256] += P V;
+//   warpgroup 1: takes P and the factors, O[:, 256:512] += P V.
+// V is the first 8 panels of the K tile, read N-major: each K byte leaves
+// device memory once per block. Warpgroup 0 issues P V of tile j and S of
+// tile j + 1 together, so the tensor cores run one while the other is
+// waited for. Shared-memory barriers hand P over (P written, P read) and
+// free a K stage (both warpgroups' P V of its tile completed) for the copy
+// of the tile two ahead. The epilogue
+// stores from the accumulators: final rows for one split, else the split's
+// partial for the combine kernel (decode_combine.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+#include "cuda/common/check.cuh"
+#include "cuda/common/copy.cuh"
+#include "cuda/common/device.h"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/tma.h"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/decode/decode.h"
+#include "cuda/decode/decode_common.cuh"
+#include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_host.h"
+#include "cuda/decode/decode_launch.h"
+#include "cuda/prefill/tile_softmax.cuh"
+
+namespace fsdpa::detail::cuda {
+
+namespace {
+
+#if defined(FSDPA_WGMMA_KERNELS)
+constexpr bool kWgmmaKernelsBuilt = true;
+#else
+constexpr bool kWgmmaKernelsBuilt = false;
+#endif
+
+constexpr int kPanels = kMlaHeadDimQk / 64;  // 64-column panels of a Q or K tile
+constexpr int kPanelBytes = kMlaTileK * 128;
+constexpr int kKeyTiles = kMlaTileK / 8;   // 8-key tiles of S
+constexpr int kKSteps = kMlaTileK / 16;    // k-steps of P V
+constexpr int kHalfDv = kMlaHeadDimV / 2;  // output columns per warpgroup
+constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
+
+// Starts copying the block's 64 packed Q rows into the swizzled panels at
+// shared address `q` (cp.async, one commit group; the caller waits and then
+// fences for the async proxy). Rows past the block's and columns past Dqk
+// are zero-filled.
+template <typename T>
+__device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
+                                       uint32_t q) {
+  constexpr int kChunks = kMlaHeadDimQk / 8;  // 16-byte chunks of a row
+  static_assert(kMlaRows * kChunks % kMlaThreads == 0);
+#pragma unroll 6
+  for (int i = 0; i < kMlaRows * kChunks / kMlaThreads; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kMlaThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const T* source = static_cast<const T*>(p.q);
+    int bytes = 0;
+    if (r < b.rows_here) {
+      const int2 hi = decode_kernel::packed_row(p, b, r);
+      source +=
+          b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row + c * 8;
+      bytes = 2 * max(0, min(8, p.head_dim_qk - c * 8));
+    }
+    cp_async_16_zfill(q + (c / 8) * kPanelBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16, source,
+                      bytes);
+  }
+  cp_async_commit();
+}
+
+// The epilogue from the accumulators: one split writes out (normalized, the
+// sink in the denominator) and the LSE; several write the split's
+// unnormalized partial and (max, sum) for the combine kernel.
+// `stats` holds warpgroup 0's (max, sum) of each of the 64 rows.
+template <typename T>
+__device__ __forceinline__ void store_rows(const DecodeParams& p,
+                                           const decode_kernel::DecodeBlock& b,
+                                           const float (&o)[kOutTiles][4], const float2* stats,
+                                           int warpgroup, int warp, int group, int quad) {
+  using namespace decode_kernel;
+  const bool single_split = p.num_splits == 1;
+  const int rows_total = p.batch * p.heads_q * p.len_q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + group + 8 * h;
+    if (r >= b.rows_here) continue;
+    const int2 hi = packed_row(p, b, r);
+    const float2 max_sum = stats[r];
+    const int64_t row = (int64_t(b.batch) * p.heads_q + hi.x) * p.len_q + hi.y;
+    if (single_split) {
+      const float sink =
+          p.sinks != nullptr ? p.sinks[hi.x * p.sinks_stride] * decode_kernel::kLog2e : minus_inf();
+      const float top = fmaxf(max_sum.x, sink);
+      const float base = top == minus_inf() ? 0.f : top;
+      const float weight = exp2f(max_sum.x - base);
+      const float total = max_sum.y * weight + exp2f(sink - base);
+      const float scale = total > 0.f ? weight / total : 0.f;
+      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
+               hi.y * p.out_strides.row;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) {
+        const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
+        if (col + 1 < p.head_dim_v) {
+          *reinterpret_cast<uint32_t*>(out + col) =
+              pack_pair<T>(o[n][2 * h] * scale, o[n][2 * h + 1] * scale);
+        } else if (col < p.head_dim_v) {
+          out[col] = decode_kernel::from_float<T>(o[n][2 * h] * scale);
+        }
+      }
+      if (p.lse != nullptr && warpgroup == 0 && quad == 0)
+        p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
+              hi.y * p.lse_strides.row] =
+            top == minus_inf() ? minus_inf() : (base + log2f(total)) * decode_kernel::kLn2;
+    } else {
+      const int64_t slot = int64_t(b.split) * rows_total + row;
+      float* partial = p.partial_out + slot * p.dv_ws;
+#pragma unroll
+      for (int n = 0; n < kOutTiles; ++n) {
+        const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
+        if (col < p.head_dim_v) partial[col] = o[n][2 * h];
+        if (col + 1 < p.head_dim_v) partial[col + 1] = o[n][2 * h + 1];
+      }
+      if (warpgroup == 0 && quad == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = max_sum;
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMlaThreads, 1)
+    decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map) {
+#if FSDPA_WGMMA_ARCH
+  using namespace decode_kernel;
+  using prefill_impl::p_fragment;
+  using prefill_impl::rescale_output;
+  using prefill_impl::softmax_scores;
+
+  extern __shared__ unsigned char shared_raw[];
+  const uint32_t raw_address = shared_address(shared_raw);
+  const uint32_t shared_q = (raw_address + 1023u) & ~1023u;
+  unsigned char* const q_ptr = shared_raw + (shared_q - raw_address);
+  const uint32_t shared_k = shared_q + kMlaPanelTileBytes;
+  uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + 3 * kMlaPanelTileBytes);
+  float2* const correction_s =
+      reinterpret_cast<float2*>(q_ptr + 3 * kMlaPanelTileBytes + kMlaPBytes);
+  // Barriers: K stage full (2; one arrival + the copy's bytes), P written
+  // (warpgroup 0's 128 threads), P read (warpgroup 1's), K stage free (2;
+  // all 256 threads, once their P V of the stage's tile completed).
+  const uint32_t barriers = shared_address(correction_s + 128);
+  auto full = [&](int tile) { return barriers + 8 * (tile % 2); };
+  const uint32_t p_written = barriers + 16, p_read = barriers + 24;
+  auto stage_free = [&](int tile) { return barriers + 32 + 8 * (tile % 2); };
+  // Phase parity of a stage barrier for tile t (its (t / 2)-th use), and of
+  // the P barriers for tile t (their t-th use).
+  auto parity = [](int tile) { return static_cast<uint32_t>(tile / 2 % 2); };
+  auto p_parity = [](int tile) { return static_cast<uint32_t>(tile % 2); };
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const int thread = static_cast<int>(threadIdx.x) % 128;  // in the warpgroup
+  const int warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
+  const bool issuer = threadIdx.x == 128;
+
+  const DecodeBlock blk = decode_block(p, kMlaRows);
+  allow_combine_launch();
+  const BlockKeys keys = block_keys(p, blk);
+  const int num_tiles =
+      keys.end > keys.begin ? (keys.end - keys.begin + kMlaTileK - 1) / kMlaTileK : 0;
+
+  // Tile t: keys [keys.begin + 64 t, +64) into stage t % 2, all 9 panels;
+  // keys past the tensor's end and columns past Dqk arrive as zeros.
+  auto load_tile = [&](int tile) {
+    const uint32_t stage = shared_k + tile % 2 * kMlaPanelTileBytes;
+    barrier_expect_bytes(full(tile), kMlaPanelTileBytes);
+#pragma unroll
+    for (int panel = 0; panel < kPanels; ++panel)
+      tma_load_4d(stage + panel * kPanelBytes, &k_map.map, full(tile), panel * 64,
+                  keys.begin + tile * kMlaTileK, blk.kv_head * k_map.head_step,
+                  blk.batch * k_map.batch_step);
+  };
+  if (issuer) {
+    barrier_init(full(0));
+    barrier_init(full(1));
+    barrier_init(p_written, 128);
+    barrier_init(p_read, 128);
+    barrier_init(stage_free(0), kMlaThreads);
+    barrier_init(stage_free(1), kMlaThreads);
+    barrier_init_fence();
+    for (int tile = 0; tile < 2 && tile < num_tiles; ++tile) load_tile(tile);
+  }
+  load_q<T>(p, blk, shared_q);
+  cp_async_wait<0>();
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
+  __syncthreads();  // Q in place, barriers initialized
+
+  // Descriptors: Q and K K-major (8-row groups 1024 bytes apart, panel kk / 4,
+  // 32 bytes a k-step); V N-major from this warpgroup's 4 panels of the K
+  // tile (panels kPanelBytes apart, 8-key groups 1024 bytes apart).
+  const uint64_t q_descriptor = swizzle128_descriptor(shared_q, 16, 1024);
+  const uint64_t k_descriptor = swizzle128_descriptor(shared_k, 16, 1024);
+  const uint64_t v_descriptor =
+      swizzle128_descriptor(shared_k + warpgroup * (kHalfDv / 64) * kPanelBytes, kPanelBytes, 1024);
+
+  // This warpgroup's 256 columns of the 64 rows. The first P V overwrites
+  // them (zeroing them up front put the zeros inside the wgmma pipeline and
+  // ptxas serialized every wgmma, warning C7515).
+  float o[1][kOutTiles][4];
+  uint32_t pa[kKSteps][4];  // P of the current tile as wgmma A fragments
+  float row_max[1][2] = {{minus_inf(), minus_inf()}};
+  float row_sum[1][2] = {{0.f, 0.f}};  // warpgroup 0; per thread, quad-reduced at the end
+
+  auto issue_output = [&](int tile) {
+    const uint32_t stage = tile % 2 * kMlaPanelTileBytes;
+    pin_registers(pa);
+    pin_registers(o[0]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+      wgmma_rs<T, kHalfDv>(o[0], pa[kk], v_descriptor + ((stage + kk * 16 * 128) >> 4),
+                           tile > 0 || kk > 0);
+    wgmma_commit();
+  };
+
+  if (warpgroup == 0) {
+    float s[1][kKeyTiles][4];
+    auto issue_scores = [&](int tile) {
+      const uint32_t stage = tile % 2 * kMlaPanelTileBytes;
+      barrier_wait(full(tile), parity(tile));
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kMlaHeadDimQk / 16; ++kk) {
+        const uint32_t offset = (kk / 4) * kPanelBytes + (kk % 4) * 32;
+        wgmma_ss<T, kMlaTileK>(s[0], q_descriptor + (offset >> 4),
+                               k_descriptor + ((stage + offset) >> 4), kk > 0);
+      }
+      wgmma_commit();
+    };
+    // This thread's rows (halves 0 and 1: group and group + 8 of its warp's 16).
+    const int row0 = warp * 16 + group;
+    const int2 range[2] = {row_keys(p, blk, row0), row_keys(p, blk, row0 + 8)};
+    const int64_t mask_row[2] = {row_mask_offset(p, blk, row0), row_mask_offset(p, blk, row0 + 8)};
+    const bool has_mask = p.mask_kind != DecodeMask::None;
+
+    if (num_tiles > 0) issue_scores(0);
+    for (int it = 0; it < num_tiles; ++it) {
+      if (it > 0) {
+        wgmma_wait<1>();  // P V of tile it - 1 (committed before S of tile it)
+        barrier_arrive(stage_free(it - 1));
+      }
+      wgmma_wait<0>();
+      pin_registers(s[0]);
+      const int k0 = keys.begin + it * kMlaTileK;
+      // Into the exp2 domain; mask unless every row sees every key of the tile.
+      const bool full_tile =
+          !has_mask && k0 >= keys.common_begin && k0 + kMlaTileK <= keys.common_end;
+      if (!full_tile) {
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2, key = k0 + n * 8 + 2 * quad + e % 2;
+            float x = minus_inf();
+            if (key < keys.end && key >= range[h].x && key < range[h].y) {
+              x = s[0][n][e] * p.scale_log2;
+              if (has_mask) x += mask_term(p, mask_row[h], key);
+            }
+            s[0][n][e] = x;
+          }
+      }
+      float correction[1][2];
+      const bool rescale =
+          softmax_scores(s, row_max, row_sum, correction, full_tile ? p.scale_log2 : 1.f);
+      if (rescale && it > 0) rescale_output(o, correction);
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) p_fragment<T>(pa[kk], s[0], kk);
+      if (it > 0) barrier_wait(p_read, p_parity(it - 1));  // warpgroup 1 holds P of it - 1
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) p_s[(kk * 4 + e) * 128 + thread] = pa[kk][e];
+      correction_s[thread] = make_float2(correction[0][0], correction[0][1]);
+      barrier_arrive(p_written);
+      issue_output(it);
+      if (it + 1 < num_tiles) issue_scores(it + 1);
+    }
+  } else {
+    for (int it = 0; it < num_tiles; ++it) {
+      barrier_wait(p_written, p_parity(it));
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pa[kk][e] = p_s[(kk * 4 + e) * 128 + thread];
+      const float2 factor = correction_s[thread];
+      barrier_arrive(p_read);
+      if (it > 0 && (factor.x != 1.f || factor.y != 1.f)) {
+#pragma unroll
+        for (int n = 0; n < kOutTiles; ++n) {
+          o[0][n][0] *= factor.x;
+          o[0][n][1] *= factor.x;
+          o[0][n][2] *= factor.y;
+          o[0][n][3] *= factor.y;
+        }
+      }
+      barrier_wait(full(it), parity(it));  // the copy's bytes, seen by this warpgroup too
+      issue_output(it);
+      wgmma_wait<0>();
+      pin_registers(o[0]);
+      barrier_arrive(stage_free(it));
+      if (issuer && it + 2 < num_tiles) {
+        barrier_wait(stage_free(it), parity(it));  // warpgroup 0's P V of tile it completed too
+        load_tile(it + 2);
+      }
+    }
+  }
+  wgmma_wait<0>();
+  pin_registers(o[0]);
+  if (num_tiles == 0) {  // no key: zero rows, (max, sum) = (-inf, 0)
+#pragma unroll
+    for (int n = 0; n < kOutTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][n][e] = 0.f;
+  }
+
+  // ---- epilogue: warpgroup 0's (max, sum) per row through shared memory
+  // (the P buffer is free: every P V completed), then both store from registers.
+  __syncthreads();
+  float2* const stats_s = reinterpret_cast<float2*>(p_s);
+  if (warpgroup == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float sum = quad_sum(row_sum[0][h]);
+      if (quad == 0) stats_s[warp * 16 + group + 8 * h] = make_float2(row_max[0][h], sum);
+    }
+  }
+  __syncthreads();
+  store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+#endif  // FSDPA_WGMMA_ARCH
+}
+
+template <typename T>
+void launch_mla(const DecodeParams& p, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&decode_mla_kernel<T>);
+  prepare_launch(kernel, kMlaThreads, kMlaSharedBytes, "decode_mla_kernel");
+  const int64_t strides[3] = {p.k_strides.batch, p.k_strides.head, p.k_strides.row};
+  const TileMap k_map =
+      make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, strides, kMlaTileK);
+  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  decode_mla_kernel<T>
+      <<<static_cast<unsigned>(blocks), kMlaThreads, kMlaSharedBytes, stream>>>(p, k_map);
+  check(cudaGetLastError(), "decode_mla_kernel<<<>>>");
+  if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ the table row
+
+Verdict decode_mla_supports(const Problem& p, const Options& options) {
+  if (Verdict common = decode_supports(p, options); !common.ok) return common;
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return Verdict::no(std::string("dtype ") + to_string(p.dtype) + " is not one of f16, bf16");
+  if (!p.v_aliases_k)
+    return Verdict::no("v is not a view of the first head_dim_v columns of k (MLA aliasing)");
+  if (p.head_dim_qk <= 512)
+    return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
+                       ": the MLA kernel serves 512 < head_dim_qk <= 576");
+  if (!kWgmmaKernelsBuilt)
+    return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
+  if (has_device(p.device.index) && device_info(p.device.index).compute_capability != 90)
+    return Verdict::no("compute capability " +
+                       std::to_string(device_info(p.device.index).compute_capability) +
+                       " of device " + std::to_string(p.device.index) +
+                       ": the wgmma kernel runs on sm_90 (Hopper) only");
+  return Verdict::yes();
+}
+
+void decode_mla_configure(const Problem& p, Plan& plan) {
+  // One block per multiprocessor (its shared memory); splits of whole K tiles.
+  configure_decode_plan(p, plan,
+                        DecodeGrid{kMlaHeadDimQk, kMlaHeadDimV, kMlaRows, kMlaTileK, 1, kMlaTileK});
+}
+
+void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+  const DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows);
+  if (params.rows_per_kv_head == 0 || params.head_dim_v == 0) return;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  switch (plan.problem.dtype) {
+    case DType::BF16:
+      launch_mla<__nv_bfloat16>(params, cuda_stream);
+      return;
+    case DType::F16:
+      launch_mla<__half>(params, cuda_stream);
+      return;
+    case DType::F32:
+    case DType::Bool:
+      break;
+  }
+  throw Error(std::string("fsdpa: internal: the MLA decode kernel has no ") +
+              to_string(plan.problem.dtype) + " instance");
+}
+
+}  // namespace fsdpa::detail::cuda
