@@ -249,20 +249,25 @@ constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv) {
 // registers a thread; 64 x 512 would not fit one warpgroup).
 inline constexpr int kMlaHeadDimQk = 576;
 inline constexpr int kMlaHeadDimV = 512;
-inline constexpr int kMlaRows = 64;      // packed query rows per block
-inline constexpr int kMlaTileK = 64;     // keys per K tile
+inline constexpr int kMlaRows = 64;  // packed query rows per block
+// Keys per K tile and tiles in flight. 4 x 32 measured faster than 2 x 64
+// (bench/NOTES.md, "Decode: the MLA kernel"): the copy of a tile is issued
+// three tiles ahead instead of one.
+inline constexpr int kMlaTileK = 32;
+inline constexpr int kMlaStages = 4;
 inline constexpr int kMlaThreads = 256;  // two warpgroups
-// Shared memory: Q and two K tiles, each 64 rows x 576 columns in 64-column
-// panels of 128-byte rows; P of a tile as warpgroup 0's register fragments
-// (4 k-steps x 4 registers x 128 threads), its rescale factors (one float2 a
-// thread), six mbarriers (two K stages full, P written, P read, two K
-// stages free); plus 1 KB to align the panels to 1024 bytes.
-inline constexpr size_t kMlaPanelTileBytes = size_t{kMlaTileK} * kMlaHeadDimQk * 2;
+// Shared memory: Q (64 rows) and the K stages (32 rows each), 576 columns in
+// 64-column panels of 128-byte rows; P of a tile as warpgroup 0's register
+// fragments (k-steps x 4 registers x 128 threads), its rescale factors (one
+// float2 a thread), mbarriers (per stage: full, free; P written, P read);
+// plus 1 KB to align the panels to 1024 bytes.
+inline constexpr size_t kMlaQBytes = size_t{kMlaRows} * kMlaHeadDimQk * 2;
+inline constexpr size_t kMlaKTileBytes = size_t{kMlaTileK} * kMlaHeadDimQk * 2;
 inline constexpr size_t kMlaPBytes = size_t{kMlaTileK / 16} * 4 * 128 * 4;
 inline constexpr size_t kMlaCorrectionBytes = size_t{128} * 8;
-inline constexpr size_t kMlaSharedBytes =
-    1024 + 3 * kMlaPanelTileBytes + kMlaPBytes + kMlaCorrectionBytes + 6 * 8;
-static_assert(kMlaRows == kMlaTileK, "Q and K tiles share the panel geometry");
+inline constexpr size_t kMlaBarrierBytes = (2 * kMlaStages + 2) * 8;
+inline constexpr size_t kMlaSharedBytes = 1024 + kMlaQBytes + kMlaStages * kMlaKTileBytes +
+                                          kMlaPBytes + kMlaCorrectionBytes + kMlaBarrierBytes;
 static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
 
 // Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.

@@ -4,8 +4,8 @@
 // and 128 of 512, so the shape is compute-bound and wants warpgroup MMAs.
 //
 // One block owns 64 packed query rows (one wgmma M) and one key split of one
-// (batch, kv head). Q stays in shared memory; K tiles of 64 keys x 576
-// columns arrive through TMA (128-byte swizzle, two stages, issued by one
+// (batch, kv head). Q stays in shared memory; K tiles of 32 keys x 576
+// columns arrive through TMA (128-byte swizzle, four stages, issued by one
 // thread of warpgroup 1). Per tile:
 //   warpgroup 0: S = Q K^T (36 k-steps, both operands in shared memory), the
 //                masks and the online softmax, then P (register fragments)
@@ -17,9 +17,9 @@
 // tile j + 1 together, so the tensor cores run one while the other is
 // waited for. Shared-memory barriers hand P over (P written, P read) and
 // free a K stage (both warpgroups' P V of its tile completed) for the copy
-// of the tile two ahead. The epilogue
-// stores from the accumulators: final rows for one split, else the split's
-// partial for the combine kernel (decode_combine.cu).
+// of the tile four ahead. The epilogue stores from the accumulators: final
+// rows for one split, else the split's partial for the combine kernel
+// (decode_combine.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -51,7 +51,8 @@ constexpr bool kWgmmaKernelsBuilt = false;
 #endif
 
 constexpr int kPanels = kMlaHeadDimQk / 64;  // 64-column panels of a Q or K tile
-constexpr int kPanelBytes = kMlaTileK * 128;
+constexpr int kQPanelBytes = kMlaRows * 128;
+constexpr int kKPanelBytes = kMlaTileK * 128;
 constexpr int kKeyTiles = kMlaTileK / 8;   // 8-key tiles of S
 constexpr int kKSteps = kMlaTileK / 16;    // k-steps of P V
 constexpr int kHalfDv = kMlaHeadDimV / 2;  // output columns per warpgroup
@@ -78,7 +79,7 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kerne
           b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row + c * 8;
       bytes = 2 * max(0, min(8, p.head_dim_qk - c * 8));
     }
-    cp_async_16_zfill(q + (c / 8) * kPanelBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16, source,
+    cp_async_16_zfill(q + (c / 8) * kQPanelBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16, source,
                       bytes);
   }
   cp_async_commit();
@@ -130,11 +131,17 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
     } else {
       const int64_t slot = int64_t(b.split) * rows_total + row;
       float* partial = p.partial_out + slot * p.dv_ws;
+      // Pairs are 8-byte aligned when the row stride is even (the workspace is 16-byte aligned).
+      const bool pairs = p.dv_ws % 2 == 0;
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n) {
         const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
-        if (col < p.head_dim_v) partial[col] = o[n][2 * h];
-        if (col + 1 < p.head_dim_v) partial[col + 1] = o[n][2 * h + 1];
+        if (pairs && col + 1 < p.head_dim_v) {
+          *reinterpret_cast<float2*>(partial + col) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+        } else {
+          if (col < p.head_dim_v) partial[col] = o[n][2 * h];
+          if (col + 1 < p.head_dim_v) partial[col + 1] = o[n][2 * h + 1];
+        }
       }
       if (warpgroup == 0 && quad == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = max_sum;
     }
@@ -154,20 +161,20 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const uint32_t raw_address = shared_address(shared_raw);
   const uint32_t shared_q = (raw_address + 1023u) & ~1023u;
   unsigned char* const q_ptr = shared_raw + (shared_q - raw_address);
-  const uint32_t shared_k = shared_q + kMlaPanelTileBytes;
-  uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + 3 * kMlaPanelTileBytes);
-  float2* const correction_s =
-      reinterpret_cast<float2*>(q_ptr + 3 * kMlaPanelTileBytes + kMlaPBytes);
-  // Barriers: K stage full (2; one arrival + the copy's bytes), P written
-  // (warpgroup 0's 128 threads), P read (warpgroup 1's), K stage free (2;
-  // all 256 threads, once their P V of the stage's tile completed).
+  const uint32_t shared_k = shared_q + kMlaQBytes;
+  constexpr size_t kPOffset = kMlaQBytes + kMlaStages * kMlaKTileBytes;
+  uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + kPOffset);
+  float2* const correction_s = reinterpret_cast<float2*>(q_ptr + kPOffset + kMlaPBytes);
+  // Barriers: K stage full (one arrival + the copy's bytes), K stage free
+  // (all 256 threads, once their P V of the stage's tile completed), P
+  // written (warpgroup 0's 128 threads), P read (warpgroup 1's).
   const uint32_t barriers = shared_address(correction_s + 128);
-  auto full = [&](int tile) { return barriers + 8 * (tile % 2); };
-  const uint32_t p_written = barriers + 16, p_read = barriers + 24;
-  auto stage_free = [&](int tile) { return barriers + 32 + 8 * (tile % 2); };
-  // Phase parity of a stage barrier for tile t (its (t / 2)-th use), and of
-  // the P barriers for tile t (their t-th use).
-  auto parity = [](int tile) { return static_cast<uint32_t>(tile / 2 % 2); };
+  auto full = [&](int tile) { return barriers + 8 * (tile % kMlaStages); };
+  auto stage_free = [&](int tile) { return barriers + 8 * (kMlaStages + tile % kMlaStages); };
+  const uint32_t p_written = barriers + 16 * kMlaStages, p_read = p_written + 8;
+  // Phase parity of a stage barrier for tile t (its (t / stages)-th use),
+  // and of the P barriers for tile t (their t-th use).
+  auto parity = [](int tile) { return static_cast<uint32_t>(tile / kMlaStages % 2); };
   auto p_parity = [](int tile) { return static_cast<uint32_t>(tile % 2); };
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
@@ -181,26 +188,26 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const int num_tiles =
       keys.end > keys.begin ? (keys.end - keys.begin + kMlaTileK - 1) / kMlaTileK : 0;
 
-  // Tile t: keys [keys.begin + 64 t, +64) into stage t % 2, all 9 panels;
+  // Tile t: keys [keys.begin + 32 t, +32) into stage t % stages, all 9 panels;
   // keys past the tensor's end and columns past Dqk arrive as zeros.
   auto load_tile = [&](int tile) {
-    const uint32_t stage = shared_k + tile % 2 * kMlaPanelTileBytes;
-    barrier_expect_bytes(full(tile), kMlaPanelTileBytes);
+    const uint32_t stage = shared_k + tile % kMlaStages * kMlaKTileBytes;
+    barrier_expect_bytes(full(tile), kMlaKTileBytes);
 #pragma unroll
     for (int panel = 0; panel < kPanels; ++panel)
-      tma_load_4d(stage + panel * kPanelBytes, &k_map.map, full(tile), panel * 64,
+      tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full(tile), panel * 64,
                   keys.begin + tile * kMlaTileK, blk.kv_head * k_map.head_step,
                   blk.batch * k_map.batch_step);
   };
   if (issuer) {
-    barrier_init(full(0));
-    barrier_init(full(1));
+    for (int stage = 0; stage < kMlaStages; ++stage) {
+      barrier_init(full(stage));
+      barrier_init(stage_free(stage), kMlaThreads);
+    }
     barrier_init(p_written, 128);
     barrier_init(p_read, 128);
-    barrier_init(stage_free(0), kMlaThreads);
-    barrier_init(stage_free(1), kMlaThreads);
     barrier_init_fence();
-    for (int tile = 0; tile < 2 && tile < num_tiles; ++tile) load_tile(tile);
+    for (int tile = 0; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
   }
   load_q<T>(p, blk, shared_q);
   cp_async_wait<0>();
@@ -209,11 +216,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 
   // Descriptors: Q and K K-major (8-row groups 1024 bytes apart, panel kk / 4,
   // 32 bytes a k-step); V N-major from this warpgroup's 4 panels of the K
-  // tile (panels kPanelBytes apart, 8-key groups 1024 bytes apart).
+  // tile (panels kKPanelBytes apart, 8-key groups 1024 bytes apart).
   const uint64_t q_descriptor = swizzle128_descriptor(shared_q, 16, 1024);
   const uint64_t k_descriptor = swizzle128_descriptor(shared_k, 16, 1024);
-  const uint64_t v_descriptor =
-      swizzle128_descriptor(shared_k + warpgroup * (kHalfDv / 64) * kPanelBytes, kPanelBytes, 1024);
+  const uint64_t v_descriptor = swizzle128_descriptor(
+      shared_k + warpgroup * (kHalfDv / 64) * kKPanelBytes, kKPanelBytes, 1024);
 
   // This warpgroup's 256 columns of the 64 rows. The first P V overwrites
   // them (zeroing them up front put the zeros inside the wgmma pipeline and
@@ -224,7 +231,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   float row_sum[1][2] = {{0.f, 0.f}};  // warpgroup 0; per thread, quad-reduced at the end
 
   auto issue_output = [&](int tile) {
-    const uint32_t stage = tile % 2 * kMlaPanelTileBytes;
+    const uint32_t stage = tile % kMlaStages * kMlaKTileBytes;
     pin_registers(pa);
     pin_registers(o[0]);
     wgmma_fence();
@@ -238,14 +245,15 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   if (warpgroup == 0) {
     float s[1][kKeyTiles][4];
     auto issue_scores = [&](int tile) {
-      const uint32_t stage = tile % 2 * kMlaPanelTileBytes;
+      const uint32_t stage = tile % kMlaStages * kMlaKTileBytes;
       barrier_wait(full(tile), parity(tile));
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kMlaHeadDimQk / 16; ++kk) {
-        const uint32_t offset = (kk / 4) * kPanelBytes + (kk % 4) * 32;
-        wgmma_ss<T, kMlaTileK>(s[0], q_descriptor + (offset >> 4),
-                               k_descriptor + ((stage + offset) >> 4), kk > 0);
+        const uint32_t q_offset = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
+        const uint32_t k_offset = stage + (kk / 4) * kKPanelBytes + (kk % 4) * 32;
+        wgmma_ss<T, kMlaTileK>(s[0], q_descriptor + (q_offset >> 4), k_descriptor + (k_offset >> 4),
+                               kk > 0);
       }
       wgmma_commit();
     };
@@ -320,9 +328,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       wgmma_wait<0>();
       pin_registers(o[0]);
       barrier_arrive(stage_free(it));
-      if (issuer && it + 2 < num_tiles) {
+      if (issuer && it + kMlaStages < num_tiles) {
         barrier_wait(stage_free(it), parity(it));  // warpgroup 0's P V of tile it completed too
-        load_tile(it + 2);
+        load_tile(it + kMlaStages);
       }
     }
   }
