@@ -596,6 +596,44 @@ TEST(DecodeErrors, Reasons) {
   EXPECT_EQ(decline(p), "rows must have stride 1 and 16-byte alignment (q, k, v, out)");
 }
 
+// The MLA row's reasons for declining; on an sm_90 device of a 90a build
+// it takes the MLA problem itself.
+TEST(DecodeErrors, MlaReasons) {
+  if (!detail::cuda::decode_bucket_compiled(576, 512))
+    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
+  Problem mla = decode_problem();
+  mla.heads_q = 128;
+  mla.heads_kv = 1;
+  mla.head_dim_qk = 576;
+  mla.head_dim_v = 512;
+  mla.v_aliases_k = true;
+  auto reason = [](const Problem& p) { return detail::cuda::decode_mla_supports(p, {}).reason; };
+  Problem p = mla;
+  p.v_aliases_k = false;
+  EXPECT_EQ(reason(p), "v is not a view of the first head_dim_v columns of k (MLA aliasing)");
+  p = mla;
+  p.dtype = DType::F32;
+  EXPECT_EQ(reason(p), "dtype f32 is not one of f16, bf16");
+  p = mla;
+  p.head_dim_qk = 512;
+  EXPECT_EQ(reason(p), "head_dim_qk=512: the MLA kernel serves 512 < head_dim_qk <= 576");
+  p = mla;
+  p.len_q = 4096;  // the decode family's own limits come first
+  EXPECT_EQ(reason(p), "len_q=4096 exceeds the decode limit " +
+                           std::to_string(detail::cuda::kDecodeMaxLenQ) + " (prefill family)");
+  int device = 0;
+  cudaDeviceProp properties{};
+  CUDA_OK(cudaGetDeviceProperties(&properties, device));
+  const detail::Verdict verdict = detail::cuda::decode_mla_supports(mla, {});
+  if (properties.major == 9 && properties.minor == 0) {
+    EXPECT_TRUE(verdict.ok) << verdict.reason;  // device.sh builds FSDPA_CUDA_ARCHS=90a
+  } else {
+    EXPECT_EQ(verdict.reason, "compute capability " +
+                                  std::to_string(properties.major * 10 + properties.minor) +
+                                  " of device 0: the wgmma kernel runs on sm_90 (Hopper) only");
+  }
+}
+
 TEST(DecodeErrors, ForceFusedNamesTheConstraint) {
   Problem p = decode_problem();
   p.head_dim_qk = 1040;
