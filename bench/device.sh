@@ -87,6 +87,22 @@ start_prefill_shards() {
   done
 }
 
+# The short loops' report of $OUT/tests.log, and memcheck + racecheck of
+# test binary $1 on gtest filter $2 (limit $3 s each), named $4.
+report_tests() {
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
+  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
+  grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
+}
+sanitize_small() {
+  timeout $(limit "$3") compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/$1 \
+    --gtest_filter="$2" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
+  say "memcheck $4: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  timeout $(limit "$3") compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/$1 \
+    --gtest_filter="$2" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
+  say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+}
+
 if [ "$STAGES" = prefill ]; then
   t0=$(date +%s)
   start_prefill_shards 240
@@ -94,16 +110,8 @@ if [ "$STAGES" = prefill ]; then
   cat "$OUT"/prefill_shard_*.txt >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt
   say "prefill gpu tests: $(($(date +%s) - t0)) s"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
-  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
-  grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
-  small='*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*'
-  timeout $(limit 60) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
-    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
-  say "memcheck prefill: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  timeout $(limit 60) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_prefill \
-    --gtest_filter="$small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck prefill: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  report_tests
+  sanitize_small gpu_test_prefill '*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*' 60 prefill
   mkdir -p "$OUT/bench"
   t0=$(date +%s)
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
@@ -119,16 +127,8 @@ if [ "$STAGES" = decode ]; then
   t0=$(date +%s)
   timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
   say "decode gpu tests: rc=$? $(($(date +%s) - t0)) s"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
-  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
-  grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
-  small='Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks'
-  timeout $(limit 90) compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
-    --gtest_filter="$small" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
-  say "memcheck decode: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
-  timeout $(limit 90) compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/gpu_test_decode \
-    --gtest_filter="$small" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+  report_tests
+  sanitize_small gpu_test_decode 'Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks' 90 decode
   mkdir -p "$OUT/bench"
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
     python3 -X faulthandler bench/decode_bench.py --rows "${DECODE_ROWS:-15,3,10}" --profile \
@@ -139,11 +139,13 @@ if [ "$STAGES" = decode ]; then
   # NCU=1: Nsight Compute on the MLA row (stall reasons, pipe use), one launch.
   if [ "${NCU:-0}" = 1 ]; then
     timeout $(limit 120) ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis -k regex:decode_mla -c 1 \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      -k regex:decode_mla -c 1 \
       $BUILD/bin/fsdpa run --device cuda --hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 --dv 512 --mla \
       >"$OUT/ncu-mla.txt" 2>&1
     say "ncu mla: rc=$?"
-    grep -E 'Duration|Throughput|Stall|Issue|Eligible|Active Warps|Pipe|Busy|Executed Ipc' "$OUT/ncu-mla.txt" | head -40
+    grep -E 'Duration|Throughput|stalled|Eligible|Executed Ipc' "$OUT/ncu-mla.txt" | head -60
   fi
 fi
 
