@@ -251,8 +251,8 @@ inline constexpr int kMlaHeadDimQk = 576;
 inline constexpr int kMlaHeadDimV = 512;
 inline constexpr int kMlaRows = 64;  // packed query rows per block
 // Keys per K tile and tiles in flight. 4 x 32 measured faster than 2 x 64
-// (bench/NOTES.md, "Decode: the MLA kernel"): the copy of a tile is issued
-// three tiles ahead instead of one.
+// (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
+// is issued three tiles ahead instead of one.
 inline constexpr int kMlaTileK = 32;
 inline constexpr int kMlaStages = 4;
 inline constexpr int kMlaThreads = 256;  // two warpgroups

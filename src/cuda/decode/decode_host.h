@@ -10,7 +10,9 @@ namespace fsdpa::detail::cuda {
 
 // What a row's kernel needs planned: the bucket it runs, its block shape
 // (packed rows, keys per pipeline step), how many of its blocks fit one
-// multiprocessor, and the multiple of keys a split is rounded up to.
+// multiprocessor, and the multiple the keys per split are rounded up to
+// when the split count is chosen (the launch then divides the keys evenly
+// over that count).
 struct DecodeGrid {
   int head_dim_qk_bucket, head_dim_v_bucket;
   int rows, keys;
