@@ -444,6 +444,23 @@ TEST(Decode, MlaSemantics) {
   run_case(c);
 }
 
+// Batches and several latent heads: the TMA map's batch and head
+// coordinates, and the packed rows of each kv group.
+TEST(Decode, MlaBatchesAndHeads) {
+  Case c = mla_case();
+  c.batch = 2;
+  c.heads_q = 32;
+  c.heads_kv = 2;
+  c.len_q = 2;
+  c.causal = true;
+  c.len_k = 700;
+  c.splits = 3;
+  run_case(c);
+  c.bshd = true;
+  c.splits = 0;
+  run_case(c);
+}
+
 // Head dims the 576 bucket takes: a partial last panel (528), Dv below 512.
 TEST(Decode, MlaHeadDims) {
   for (auto [dqk, dv] : {std::pair<int64_t, int64_t>{528, 512}, {576, 128}, {576, 504}}) {
