@@ -88,6 +88,14 @@ int device_count() {
 
 bool has_device(int index) { return index >= 0 && index < device_count(); }
 
+std::string wgmma_device_mismatch(int index) {
+  if (!has_device(index)) return "";
+  const int capability = device_info(index).compute_capability;
+  if (capability == 90) return "";
+  return "compute capability " + std::to_string(capability) + " of device " +
+         std::to_string(index) + ": the wgmma kernel runs on sm_90 (Hopper) only";
+}
+
 const DeviceInfo& device_info(int index) {
   static std::mutex mutex;
   static std::vector<std::unique_ptr<DeviceInfo>> cache;

@@ -24,6 +24,10 @@ struct DeviceInfo {
 // Properties of device `index`, read once and cached. Throws DeviceError.
 const DeviceInfo& device_info(int index);
 
+// Why device `index` cannot run the sm_90a kernels (wgmma, TMA), or empty
+// when it can or is not there to ask (plan() on a machine without a GPU).
+std::string wgmma_device_mismatch(int index);
+
 // Device memory for one call's workspace, allocated and freed in stream order
 // (cudaMallocAsync / cudaFreeAsync), so attention() never synchronizes.
 class StreamWorkspace {

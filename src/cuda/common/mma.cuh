@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/convert.cuh"
 #include "cuda/common/copy.cuh"
 
 namespace fsdpa::detail::cuda {
@@ -73,14 +74,6 @@ __device__ __forceinline__ uint32_t pack_pair(float low, float high) {
     __half2 v = __floats2half2_rn(low, high);
     return *reinterpret_cast<uint32_t*>(&v);
   }
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x) {
-  if constexpr (MmaType<T>::kBf16)
-    return __float2bfloat16_rn(x);
-  else
-    return __float2half_rn(x);
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -35,7 +35,6 @@ constexpr int kCombineBatch = 8;
 constexpr int kCombineSumFloats = kCombineThreads * 4;
 static_assert(kCombineSumFloats >= kDecodeMaxHeadDimV);
 
-using decode_kernel::from_float;
 using decode_kernel::kLn2;
 using decode_kernel::kLog2e;
 using decode_kernel::minus_inf;

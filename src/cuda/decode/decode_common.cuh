@@ -1,6 +1,6 @@
 // Device pieces shared by the decode kernels (the CUDA-core split kernel, the
-// tensor-core split kernel and the combine kernel): element conversions, the
-// masking rules as decode sees them, the per-row set-up of a block, and the
+// tensor-core split kernel and the combine kernel): the masking rules as
+// decode sees them, the per-row set-up of a block, and the
 // block epilogue that merges the key streams of a block and writes either the
 // final rows or the split's partial for the combine kernel.
 #pragma once
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/convert.cuh"
 #include "cuda/decode/decode_params.h"
 
 namespace fsdpa::detail::cuda::decode_kernel {
@@ -18,38 +19,6 @@ namespace fsdpa::detail::cuda::decode_kernel {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
-
-// ------------------------------------------------------------ element access
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // ------------------------------------------------------------ launch overlap
 

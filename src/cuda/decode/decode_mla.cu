@@ -121,7 +121,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
           *reinterpret_cast<uint32_t*>(out + col) =
               pack_pair<T>(o[n][2 * h] * scale, o[n][2 * h + 1] * scale);
         } else if (col < p.head_dim_v) {
-          out[col] = decode_kernel::from_float<T>(o[n][2 * h] * scale);
+          out[col] = from_float<T>(o[n][2 * h] * scale);
         }
       }
       if (p.lse != nullptr && warpgroup == 0 && quad == 0)
@@ -393,11 +393,8 @@ Verdict decode_mla_supports(const Problem& p, const Options& options) {
                        ": the MLA kernel serves 512 < head_dim_qk <= 576");
   if (!kWgmmaKernelsBuilt)
     return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
-  if (has_device(p.device.index) && device_info(p.device.index).compute_capability != 90)
-    return Verdict::no("compute capability " +
-                       std::to_string(device_info(p.device.index).compute_capability) +
-                       " of device " + std::to_string(p.device.index) +
-                       ": the wgmma kernel runs on sm_90 (Hopper) only");
+  if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
+    return Verdict::no(why);
   return Verdict::yes();
 }
 

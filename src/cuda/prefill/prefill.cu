@@ -158,16 +158,12 @@ Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (instance->hopper_bf16 == nullptr)
     return Verdict::no(std::string("the wgmma kernel is not built: FSDPA_CUDA_ARCHS=") +
                        FSDPA_CUDA_ARCHS_STRING + " has no 90a");
-  if (has_device(p.device.index)) {
-    const DeviceInfo& info = device_info(p.device.index);
-    if (info.compute_capability != 90)
-      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
-                         " of device " + std::to_string(p.device.index) +
-                         ": the wgmma kernel runs on sm_90 (Hopper) only");
+  if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
+    return Verdict::no(why);
+  if (has_device(p.device.index))
     return fits_shared_memory(p, *instance,
                               static_cast<size_t>(hopper_shared_bytes(
                                   instance->head_dim_qk_bucket, instance->head_dim_v_bucket)));
-  }
   return Verdict::yes();
 }
 
