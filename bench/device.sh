@@ -8,7 +8,8 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps)
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps,
+#                and .devbuild/variants for AB=1)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -146,6 +147,45 @@ if [ "$STAGES" = decode ]; then
       >"$OUT/ncu-mla.txt" 2>&1
     say "ncu mla: rc=$?"
     grep -E 'Duration|Throughput|stalled|Eligible|Executed Ipc' "$OUT/ncu-mla.txt" | head -60
+  fi
+  # NCU_SOURCE=1: per-instruction warp states of the MLA kernel (SASS with
+  # stall samples, CSV) for finding where the cycles go.
+  if [ "${NCU_SOURCE:-0}" = 1 ]; then
+    timeout $(limit 120) ncu --section SourceCounters --section WarpStateStats -k regex:decode_mla -c 1 \
+      -o "$OUT/ncu-mla" $BUILD/bin/fsdpa run --device cuda --hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 \
+      --dv 512 --mla >"$OUT/ncu-mla-source.log" 2>&1
+    ncu --import "$OUT/ncu-mla.ncu-rep" --page source --csv --print-source sass \
+      >"$OUT/ncu-mla-source.csv" 2>>"$OUT/ncu-mla-source.log"
+    say "ncu source: rc=$? $(wc -l <"$OUT/ncu-mla-source.csv") lines"
+  fi
+  # AB=1: an A/B of kernel variants inside this one call (fresh machines
+  # differ by up to 10%). Each directory .devbuild/variants/<name>/ holds
+  # files laid out like the tree; the library is rebuilt with each overlaid
+  # in turn (the tree as it is is the variant "tree"), then decode_bench.py
+  # times every library on DECODE_ROWS, alternating, twice.
+  if [ "${AB:-0}" = 1 ] && [ -d .devbuild/variants ]; then
+    rm -rf /tmp/ab && mkdir -p /tmp/ab "$OUT/ab"
+    cp $BUILD/libfsdpa.so /tmp/ab/tree.so
+    names=(tree)
+    for dir in .devbuild/variants/*/; do
+      name=$(basename "$dir")
+      files=$(cd "$dir" && find . -type f)
+      for f in $files; do
+        mkdir -p "/tmp/ab/orig/$(dirname "$f")" && cp "$f" "/tmp/ab/orig/$f" && cp "$dir/$f" "$f"
+      done
+      ninja -C $BUILD -j16 fsdpa >>"$OUT/build.log" 2>&1 && cp $BUILD/libfsdpa.so "/tmp/ab/$name.so" &&
+        names+=("$name") || say "ab: variant $name did not build"
+      for f in $files; do cp "/tmp/ab/orig/$f" "$f"; done
+    done
+    for rep in 1 2; do
+      for name in "${names[@]}"; do
+        FSDPA_LIBRARY=/tmp/ab/$name.so PYTHONUNBUFFERED=1 timeout "$(limit 60)" \
+          python3 bench/decode_bench.py --rows "${DECODE_ROWS:-15}" --fsdpa-only --profile \
+          --out "$OUT/ab/$name-$rep.json" --md "$OUT/ab/$name-$rep.md" --png "$OUT/ab/$name-$rep.png" \
+          >"$OUT/ab/$name-$rep.log" 2>&1
+        grep -E "^\('" "$OUT/ab/$name-$rep.log" | sed "s/^/ab $name #$rep: /" | cut -c1-220 | tee -a "$SUMMARY"
+      done
+    done
   fi
 fi
 
