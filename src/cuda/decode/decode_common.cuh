@@ -119,17 +119,27 @@ __device__ __forceinline__ void load_row_info(const DecodeParams& p, const Decod
 
 // The block's keys [begin, end): its split, narrowed to the union of what its
 // rows see; and [common_begin, common_end): the keys every real row sees
-// (within the block's). Each thread computes it from the parameters alone,
-// so the first K/V loads need no barrier.
+// (within the block's). Every warp computes it from the parameters alone,
+// so the first K/V loads need no barrier: its lanes take a share of the
+// rows each and reduce by shuffles (a loop over the rows in every thread,
+// each with an integer division in packed_row, was ~1000 instructions a
+// thread in the 64-row MLA kernel). All 32 lanes of the warp must call it.
 struct BlockKeys {
   int begin, end, common_begin, common_end;
 };
 __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const DecodeBlock& b) {
   int lo = p.len_k, hi = 0, common_begin = 0, common_end = p.len_k;
-  for (int r = 0; r < b.rows_here; ++r) {
+  for (int r = static_cast<int>(threadIdx.x) % 32; r < b.rows_here; r += 32) {
     const int2 range = row_keys(p, b, r);
     if (range.x < range.y) lo = min(lo, range.x), hi = max(hi, range.y);
     common_begin = max(common_begin, range.x), common_end = min(common_end, range.y);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));
+    common_begin = max(common_begin, __shfl_xor_sync(0xffffffffu, common_begin, offset));
+    common_end = min(common_end, __shfl_xor_sync(0xffffffffu, common_end, offset));
   }
   const int split_begin = p.key_begin + b.split * p.keys_per_split;
   const int split_end = min(p.key_end, split_begin + p.keys_per_split);

@@ -61,26 +61,30 @@ constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
 // Starts copying the block's 64 packed Q rows into the swizzled panels at
 // shared address `q` (cp.async, one commit group; the caller waits and then
 // fences for the async proxy). Rows past the block's and columns past Dqk
-// are zero-filled.
+// are zero-filled. Four threads share a row, so each finds its row's source
+// once (packed_row divides) and then copies every fourth 16-byte chunk.
 template <typename T>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
                                        uint32_t q) {
   constexpr int kChunks = kMlaHeadDimQk / 8;  // 16-byte chunks of a row
-  static_assert(kMlaRows * kChunks % kMlaThreads == 0);
-#pragma unroll 6
-  for (int i = 0; i < kMlaRows * kChunks / kMlaThreads; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + i * kMlaThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const T* source = static_cast<const T*>(p.q);
-    int bytes = 0;
-    if (r < b.rows_here) {
-      const int2 hi = decode_kernel::packed_row(p, b, r);
-      source +=
-          b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row + c * 8;
-      bytes = 2 * max(0, min(8, p.head_dim_qk - c * 8));
-    }
-    cp_async_16_zfill(q + (c / 8) * kQPanelBytes + r * 128 + ((c % 8) ^ (r % 8)) * 16, source,
-                      bytes);
+  constexpr int kThreadsPerRow = kMlaThreads / kMlaRows;
+  static_assert(kMlaThreads % kMlaRows == 0 && kChunks % kThreadsPerRow == 0);
+  const int r = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int first = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+  const T* source = static_cast<const T*>(p.q);
+  int columns = 0;  // real columns this row copies (0: a padding row, all zeros)
+  if (r < b.rows_here) {
+    const int2 hi = decode_kernel::packed_row(p, b, r);
+    source += b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row;
+    columns = p.head_dim_qk;
+  }
+  const uint32_t row = q + r * 128;
+#pragma unroll
+  for (int i = 0; i < kChunks / kThreadsPerRow; ++i) {
+    const int c = first + i * kThreadsPerRow;
+    const int bytes = 2 * max(0, min(8, columns - c * 8));
+    cp_async_16_zfill(row + (c / 8) * kQPanelBytes + ((c % 8) ^ (r % 8)) * 16,
+                      bytes > 0 ? source + c * 8 : source, bytes);
   }
   cp_async_commit();
 }
@@ -177,7 +181,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   auto parity = [](int tile) { return static_cast<uint32_t>(tile / kMlaStages % 2); };
   auto p_parity = [](int tile) { return static_cast<uint32_t>(tile % 2); };
 
-  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  // Through a shuffle, so that ptxas knows the warpgroup is the same in every
+  // lane of a warp: branches on it are then uniform, and the wgmma
+  // descriptors can be computed in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0);
   const int thread = static_cast<int>(threadIdx.x) % 128;  // in the warpgroup
   const int warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const bool issuer = threadIdx.x == 128;
