@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <utility>
 
 namespace fsdpa::detail::cuda {
 
@@ -19,6 +20,36 @@ void check(cudaError_t status, const char* call);
 // says which of its sm_90 instructions were compiled in.
 int prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_shared_bytes,
                    const char* kernel_name);
+
+// kernel<<<blocks, threads, dynamic_shared_bytes, stream>>>(args...) after
+// prepare_launch, with programmatic dependent launch where the device runs an
+// sm_90 binary of the kernel: the grid may then be scheduled while the
+// previous kernel of the stream still runs (once that kernel's blocks have
+// all executed griddepcontrol.launch_dependents, or finished), and the kernel
+// must execute griddepcontrol.wait before touching global memory. Elsewhere
+// the launch is in plain stream order.
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), unsigned blocks, int threads,
+                         size_t dynamic_shared_bytes, cudaStream_t stream, const char* kernel_name,
+                         Args&&... args) {
+  const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), threads,
+                                    dynamic_shared_bytes, kernel_name);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = dynamic_shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute overlap{};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
+  // Only where the binary has griddepcontrol.wait (an sm_80 binary on a
+  // Hopper device would start unordered).
+  if (binary >= 90) {
+    config.attrs = &overlap;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), kernel_name);
+}
 
 }  // namespace fsdpa::detail::cuda
 

@@ -35,10 +35,11 @@ constexpr int kCombineBatch = 8;
 constexpr int kCombineSumFloats = kCombineThreads * 4;
 static_assert(kCombineSumFloats >= kDecodeMaxHeadDimV);
 
+using decode_kernel::allow_next_launch;
 using decode_kernel::kLn2;
 using decode_kernel::kLog2e;
 using decode_kernel::minus_inf;
-using decode_kernel::wait_for_split_kernel;
+using decode_kernel::wait_for_previous_kernel;
 
 // (max, sum) of exp2 terms relative to max; merging rescales both to the larger max.
 __device__ __forceinline__ float2 merge_max_sum(float2 a, float2 b) {
@@ -67,7 +68,8 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   extern __shared__ float max_s[];  // [num_splits]
   __shared__ float2 scratch[kCombineWarps];
   __shared__ __align__(16) float sum_s[kCombineSumFloats];
-  wait_for_split_kernel();
+  allow_next_launch();
+  wait_for_previous_kernel();  // the split kernel's partials
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t row = blockIdx.x;
   const int rows_total = p.batch * p.heads_q * p.len_q;
@@ -151,26 +153,10 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_combine_kernel<T, Vec>;
   const size_t smem = size_t(p.num_splits) * sizeof(float);
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
-  const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kCombineThreads, smem,
-                                    "decode_combine_kernel");
-  // Programmatic dependent launch (sm_90+): the combine grid is scheduled
-  // while the split kernel finishes and waits in griddepcontrol.wait for its
-  // results, instead of paying its launch after the split kernel's last block.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(rows));
-  config.blockDim = dim3(kCombineThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
-  // Only where the running binary has griddepcontrol.wait (an sm_80 binary on
-  // a Hopper device would read the partials unsynchronized).
-  if (binary >= 90) {
-    config.attrs = &overlap;
-    config.numAttrs = 1;
-  }
-  check(cudaLaunchKernelEx(&config, kernel, p), "cudaLaunchKernelEx(decode_combine_kernel)");
+  // Scheduled while the split kernel finishes (it allows the launch at its
+  // start); waits in griddepcontrol.wait for the partials.
+  launch_programmatic(kernel, static_cast<unsigned>(rows), kCombineThreads, smem, stream,
+                      "decode_combine_kernel", p);
 }
 
 }  // namespace

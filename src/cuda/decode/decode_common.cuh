@@ -22,15 +22,19 @@ __device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u
 
 // ------------------------------------------------------------ launch overlap
 
-// Programmatic dependent launch (sm_90+; no-ops before): a split kernel lets
-// the combine grid launch once all of its blocks run, and the combine kernel
-// waits until the split kernel has completed and its writes are visible.
-__device__ __forceinline__ void allow_combine_launch() {
+// Programmatic dependent launch (sm_90+; no-ops before). Every decode kernel
+// is launched with it (launch_programmatic, check.cuh) and lets the next
+// kernel of the stream be scheduled at its start: the combine behind a split
+// kernel, the next call's split kernel behind a combine, so their launch and
+// set-up overlap the kernel before them. Each therefore waits for the
+// previous kernel of the stream (its completion and the visibility of its
+// writes) before its first access to global memory.
+__device__ __forceinline__ void allow_next_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wait_for_split_kernel() {
+__device__ __forceinline__ void wait_for_previous_kernel() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif

@@ -97,8 +97,9 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const DecodeBlock blk = decode_block(p, kRows);
-  allow_combine_launch();  // all blocks of the one-wave grid are resident
+  allow_next_launch();
   const int batch = blk.batch, kv_head = blk.kv_head, rows_here = blk.rows_here;
+  wait_for_previous_kernel();  // global memory from here on
 
   // ---- q rows, key ranges, mask row offsets
   for (int idx = tid; idx < kRows * DQK; idx += C::kThreads) {
@@ -326,9 +327,8 @@ void launch_split_rows(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_split_kernel<T, DQK, DV, ROWS>;
   const size_t smem = decode_smem_layout(sizeof(T), DQK, DV, p.v_aliases_k != 0).total;
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
-  prepare_launch(reinterpret_cast<const void*>(kernel), C::kThreads, smem, "decode_split_kernel");
-  kernel<<<static_cast<unsigned>(blocks), C::kThreads, smem, stream>>>(p);
-  check(cudaGetLastError(), "decode_split_kernel<<<>>>");
+  launch_programmatic(kernel, static_cast<unsigned>(blocks), C::kThreads, smem, stream,
+                      "decode_split_kernel", p);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
 }
 

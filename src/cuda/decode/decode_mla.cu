@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const bool issuer = threadIdx.x == 128;
 
   const DecodeBlock blk = decode_block(p, kMlaRows);
-  allow_combine_launch();
+  allow_next_launch();
   const BlockKeys keys = block_keys(p, blk);
   const int num_tiles =
       keys.end > keys.begin ? (keys.end - keys.begin + kMlaTileK - 1) / kMlaTileK : 0;
@@ -214,8 +214,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     barrier_init(p_written, 128);
     barrier_init(p_read, 128);
     barrier_init_fence();
-    for (int tile = 0; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
   }
+  wait_for_previous_kernel();  // global memory from here on
+  if (issuer)
+    for (int tile = 0; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
   load_q<T>(p, blk, shared_q);
   cp_async_wait<0>();
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
@@ -373,15 +375,12 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 
 template <typename T>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&decode_mla_kernel<T>);
-  prepare_launch(kernel, kMlaThreads, kMlaSharedBytes, "decode_mla_kernel");
   const int64_t strides[3] = {p.k_strides.batch, p.k_strides.head, p.k_strides.row};
   const TileMap k_map =
       make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, strides, kMlaTileK);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
-  decode_mla_kernel<T>
-      <<<static_cast<unsigned>(blocks), kMlaThreads, kMlaSharedBytes, stream>>>(p, k_map);
-  check(cudaGetLastError(), "decode_mla_kernel<<<>>>");
+  launch_programmatic(decode_mla_kernel<T>, static_cast<unsigned>(blocks), kMlaThreads,
+                      kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
 }
 

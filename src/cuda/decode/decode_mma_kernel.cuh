@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   const int group = lane / 4, quad = lane % 4;
   const int stream = warp / kConfig.dv_parts, part = warp % kConfig.dv_parts;
   const DecodeBlock blk = decode_block(p, kRows);
-  allow_combine_launch();  // all blocks of the one-wave grid are resident
+  allow_next_launch();
 
   const BlockKeys keys = block_keys(p, blk);
   const int key_begin = keys.begin, key_end = keys.end;
@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       cp_async_tile<kStageKeys, DV, kRowV, kThreads, T, false, kLoadUnroll>(
           k_dst + kStageKeys * kRowK, v_rows, p.v_strides.row, key0, key_end, p.head_dim_v);
   };
+  wait_for_previous_kernel();  // global memory from here on
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) load_stage(s);
@@ -286,10 +287,8 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_mma_kernel<T, DQK, DV>;
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
-  prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
-                 "decode_mma_kernel");
-  kernel<<<static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream>>>(p);
-  check(cudaGetLastError(), "decode_mma_kernel<<<>>>");
+  launch_programmatic(kernel, static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream,
+                      "decode_mma_kernel", p);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
 }
 
