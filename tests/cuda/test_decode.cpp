@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -483,6 +484,91 @@ TEST(Decode, MlaLongKeys) {
 // rows x splits x Dv odd (one row, 3 splits, MLA-style v = k[..., :59]):
 // the (max, sum) pairs of the split partials stay 8-byte aligned (placed
 // after the outputs they sat 4 bytes off, a misaligned float2 access).
+// Calls on one stream with no host sync between them, all with one
+// workspace. Every decode kernel is launched with programmatic dependent
+// launch, so a call's split kernel may be scheduled while the previous
+// call's combine still reads the partials; it must wait before writing
+// them, or the earlier outputs come out wrong. Each call has its own q and
+// out, every row that serves the shape runs, with 7 splits.
+TEST(Decode, BackToBackCallsShareTheWorkspace) {
+  constexpr int kCalls = 3;
+  for (const bool mla : {false, true}) {
+    Case c = mla ? mla_case() : Case{};
+    c.len_k = 4099;
+    c.splits = 7;
+    SCOPED_TRACE(c.name());
+    if (!detail::cuda::decode_bucket_compiled(c.dqk, c.dv)) continue;
+    std::mt19937 rng(std::random_device{}());
+    const size_t es = element_size(c.dtype);
+    Buffer k(size_t(c.batch * c.heads_kv * c.len_k * c.dqk) * es);
+    Buffer v(mla ? 0 : size_t(c.batch * c.heads_kv * c.len_k * c.dv) * es);
+    fill_random(k, c.dtype, rng);
+    fill_random(v, c.dtype, rng);
+    k.upload();
+    v.upload();
+    std::vector<std::unique_ptr<Buffer>> q, out, lse;
+    std::vector<Tensors> device_tensors, host_tensors;
+    for (int call = 0; call < kCalls; ++call) {
+      q.push_back(std::make_unique<Buffer>(size_t(c.batch * c.heads_q * c.dqk) * es));
+      out.push_back(std::make_unique<Buffer>(size_t(c.batch * c.heads_q * c.dv) * es));
+      lse.push_back(std::make_unique<Buffer>(size_t(c.batch * c.heads_q) * 4));
+      fill_random(*q.back(), c.dtype, rng);
+      q.back()->upload();
+      for (const bool device : {true, false}) {
+        Tensors t;
+        const Device dev = device ? Device{DeviceType::CUDA, 0} : Device{};
+        auto data = [&](Buffer& b) -> void* { return device ? b.device : b.host.data(); };
+        t.q = view4(data(*q.back()), c.dtype, c.batch, c.heads_q, 1, c.dqk, false, c.dqk);
+        t.k = view4(data(k), c.dtype, c.batch, c.heads_kv, c.len_k, c.dqk, false, c.dqk);
+        t.v = mla ? view4(data(k), c.dtype, c.batch, c.heads_kv, c.len_k, c.dv, false, c.dqk)
+                  : view4(data(v), c.dtype, c.batch, c.heads_kv, c.len_k, c.dv, false, c.dv);
+        t.out = view4(data(*out.back()), c.dtype, c.batch, c.heads_q, 1, c.dv, false, c.dv);
+        t.lse = contiguous_view(data(*lse.back()), DType::F32, {c.batch, c.heads_q, 1}, dev);
+        for (TensorView* view : {&t.q, &t.k, &t.v, &t.out}) view->device = dev;
+        (device ? device_tensors : host_tensors).push_back(t);
+      }
+    }
+    Options options;
+    options.scale = c.scale;
+    options.policy = Policy::ForceFused;
+    const Problem problem = describe(device_tensors[0], options);
+    for (const int row : decode_rows(problem, options)) {
+      SCOPED_TRACE(std::string(detail::selection_table()[size_t(row)].name));
+      set_env_splits(c.splits);
+      Plan plan;
+      try {
+        plan = detail::plan_for_row(problem, options, row);
+      } catch (...) {
+        set_env_splits(0);
+        throw;
+      }
+      set_env_splits(0);
+      ASSERT_EQ(plan.num_kv_splits, c.splits);
+      void* workspace = nullptr;
+      CUDA_OK(cudaMalloc(&workspace, plan.workspace_bytes));
+      cudaStream_t stream = nullptr;
+      CUDA_OK(cudaStreamCreate(&stream));
+      for (int call = 0; call < kCalls; ++call) {
+        out[size_t(call)]->poison_device();
+        lse[size_t(call)]->poison_device();
+      }
+      for (int call = 0; call < kCalls; ++call)
+        run(plan, device_tensors[size_t(call)], workspace, plan.workspace_bytes, stream);
+      CUDA_OK(cudaStreamSynchronize(stream));
+      CUDA_OK(cudaStreamDestroy(stream));
+      CUDA_OK(cudaFree(workspace));
+      for (int call = 0; call < kCalls; ++call) {
+        SCOPED_TRACE("call " + std::to_string(call));
+        out[size_t(call)]->download();
+        lse[size_t(call)]->download();
+        const detail::cpu::ReferenceResult ref =
+            detail::cpu::reference_attention(host_tensors[size_t(call)], options);
+        compare(c, host_tensors[size_t(call)], ref, *out[size_t(call)], *lse[size_t(call)], plan);
+      }
+    }
+  }
+}
+
 TEST(Decode, OddPartialSizes) {
   for (int splits : {0, 3}) {
     Case c;
