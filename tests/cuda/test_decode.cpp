@@ -514,6 +514,8 @@ TEST(Decode, BackToBackCallsShareTheWorkspace) {
       lse.push_back(std::make_unique<Buffer>(size_t(c.batch * c.heads_q) * 4));
       fill_random(*q.back(), c.dtype, rng);
       q.back()->upload();
+      out.back()->poison_device();  // allocates: the views below need the device pointers
+      lse.back()->poison_device();
       for (const bool device : {true, false}) {
         Tensors t;
         const Device dev = device ? Device{DeviceType::CUDA, 0} : Device{};
