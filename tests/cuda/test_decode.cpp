@@ -113,6 +113,19 @@ void set_env_splits(int splits) {
     unsetenv("FSDPA_DECODE_SPLITS");
 }
 
+// The plan of table row `row`, with the split count forced (0: automatic).
+Plan plan_with_splits(const Problem& problem, const Options& options, int row, int splits) {
+  set_env_splits(splits);
+  try {
+    Plan plan = detail::plan_for_row(problem, options, row);
+    set_env_splits(0);
+    return plan;
+  } catch (...) {
+    set_env_splits(0);
+    throw;
+  }
+}
+
 // out and lse (downloaded) against the float64 reference.
 void compare(const Case& c, const Tensors& host_tensors, const detail::cpu::ReferenceResult& ref,
              const Buffer& out, const Buffer& lse, const Plan& plan) {
@@ -258,15 +271,7 @@ void run_case(const Case& c) {
     SCOPED_TRACE(std::string(detail::selection_table()[size_t(row)].name));
     out.poison_device();
     lse.poison_device();
-    set_env_splits(c.splits);
-    Plan plan;
-    try {
-      plan = detail::plan_for_row(problem, options, row);
-    } catch (...) {
-      set_env_splits(0);
-      throw;
-    }
-    set_env_splits(0);
+    const Plan plan = plan_with_splits(problem, options, row, c.splits);
     ASSERT_EQ(plan.path, Path::FusedDecode) << plan.explain();
     if (c.splits > 0) {
       ASSERT_EQ(plan.num_kv_splits, c.splits);
@@ -536,15 +541,7 @@ TEST(Decode, BackToBackCallsShareTheWorkspace) {
     const Problem problem = describe(device_tensors[0], options);
     for (const int row : decode_rows(problem, options)) {
       SCOPED_TRACE(std::string(detail::selection_table()[size_t(row)].name));
-      set_env_splits(c.splits);
-      Plan plan;
-      try {
-        plan = detail::plan_for_row(problem, options, row);
-      } catch (...) {
-        set_env_splits(0);
-        throw;
-      }
-      set_env_splits(0);
+      const Plan plan = plan_with_splits(problem, options, row, c.splits);
       ASSERT_EQ(plan.num_kv_splits, c.splits);
       void* workspace = nullptr;
       CUDA_OK(cudaMalloc(&workspace, plan.workspace_bytes));
