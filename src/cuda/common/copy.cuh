@@ -31,32 +31,76 @@ __device__ __forceinline__ void cp_async_wait() {
 // global matrix into shared memory (row stride kStride elements), zero-filling
 // rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
 // end cost no padded copy and no out-of-bounds read. T is a 16-bit type.
-// With kFillColumnTail false, chunks wholly past num_cols are left alone (no
-// instruction at all): the caller keeps those shared-memory columns zero, or
-// never reads them. kUnroll: see the loop.
-template <int kRows, int kCols, int kStride, int kThreads, typename T, bool kFillColumnTail = true,
-          int kUnroll = 1>
+// Not unrolled: unrolled, the prefill kernel's per-chunk addresses are
+// hoisted out of its key loop as 64-bit registers and push S and O into local
+// memory (ptxas). Loops that copy many tiles of one matrix use
+// cp_async_tile_rows.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
 __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_t row_stride,
                                               int row0, int num_rows, int num_cols) {
   static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kChunks = kRows * kChunksPerRow;
-  // Not unrolled by default: unrolled, the prefill kernel's per-chunk
-  // addresses are hoisted out of its key loop as 64-bit registers and push S
-  // and O into local memory (ptxas). Kernels with registers to spare unroll.
-#pragma unroll kUnroll
+#pragma unroll 1
   for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
     const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
     if (kChunks % kThreads != 0 && chunk >= kChunks) break;
     const int row = chunk / kChunksPerRow;
     const int col = (chunk % kChunksPerRow) * 8;
     const int remaining = num_cols - col;
-    if (!kFillColumnTail && remaining <= 0) continue;
     int bytes = remaining >= 8 ? 16 : (remaining > 0 ? remaining * 2 : 0);
     if (row0 + row >= num_rows) bytes = 0;
     const T* source =
         bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
     cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
+  }
+}
+
+// cp_async_tile for a tile that a loop copies again and again (a key
+// stage), at a fraction of its instructions: ~5 a chunk against ~50
+// (cp_async_tile works out row, column, bounds and both addresses for every
+// chunk). Each thread keeps one chunk column and takes rows r, r +
+// kRowsPerPass, ... (kRowsPerPass = kThreads / chunks per row; threads past
+// that many rows' worth idle), so its addresses step by a constant. The
+// tile's shared memory is given by address. Chunks wholly past num_cols are
+// not copied at all (the caller keeps those shared columns zero, or never
+// reads them); rows >= num_rows are zero-filled.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void cp_async_tile_rows(uint32_t shared, const T* global,
+                                                   int64_t row_stride, int row0, int num_rows,
+                                                   int num_cols) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
+  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
+  const int col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
+  const int remaining = num_cols - col;
+  if (row >= kRowsPerPass || remaining <= 0) return;
+  const int bytes = remaining >= 8 ? 16 : remaining * 2;
+  const T* from = global + (row0 + row) * row_stride + col;
+  const int64_t pass_stride = row_stride * kRowsPerPass;
+  uint32_t to = shared + static_cast<uint32_t>((row * kStride + col) * sizeof(T));
+  if (row0 + kRows <= num_rows) {
+    // Unrolled unless the passes are many (the 576/512 bucket: 11 and 8).
+#pragma unroll(kPasses <= 6 ? kPasses : 1)
+    for (int i = 0; i < kPasses; ++i) {
+      if (kRows % kRowsPerPass != 0 && row + i * kRowsPerPass >= kRows) break;
+      cp_async_16_zfill(to, from, bytes);
+      from += pass_stride;
+      to += kPassBytes;
+    }
+  } else {  // the tensor's last tile
+#pragma unroll 1
+    for (int r = row; r < kRows; r += kRowsPerPass) {
+      // Past num_rows: zero-fill, reading nothing (the source only has to be an address).
+      const bool valid = row0 + r < num_rows;
+      cp_async_16_zfill(to, valid ? from : global, valid ? bytes : 0);
+      from += pass_stride;
+      to += kPassBytes;
+    }
   }
 }
 

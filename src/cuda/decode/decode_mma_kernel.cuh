@@ -59,9 +59,6 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       decode_mma_smem(DQK, DV, kStages, kStreams, decode_mma_tiled_for_alias(DQK, DV)).total <=
           (kConfig.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes),
       "the tiling fits the shared memory its occupancy assumes");
-  // Copy loops unrolled (addresses computed ahead, fewer dependent integer
-  // chains per stage) where the registers allow: 576/512 spilled at 8.
-  constexpr int kLoadUnroll = DQK <= 256 ? 8 : 2;
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
@@ -102,14 +99,16 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       *reinterpret_cast<uint4*>(ring_s + row / kStageKeys * stage_elems + row % kStageKeys * kRowK +
                                 col) = make_uint4(0, 0, 0, 0);
   }
+  const uint32_t ring = shared_address(ring_s);
   auto load_stage = [&](int tile) {
-    T* k_dst = ring_s + (tile % kStages) * stage_elems;
+    const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
-    cp_async_tile<kStageKeys, DQK, kRowK, kThreads, T, false, kLoadUnroll>(
-        k_dst, k_rows, p.k_strides.row, key0, key_end, p.head_dim_qk);
+    cp_async_tile_rows<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0,
+                                                         key_end, p.head_dim_qk);
     if (!v_aliases_k)
-      cp_async_tile<kStageKeys, DV, kRowV, kThreads, T, false, kLoadUnroll>(
-          k_dst + kStageKeys * kRowK, v_rows, p.v_strides.row, key0, key_end, p.head_dim_v);
+      cp_async_tile_rows<kStageKeys, DV, kRowV, kThreads>(k_dst + kStageKeys * kRowK * sizeof(T),
+                                                          v_rows, p.v_strides.row, key0, key_end,
+                                                          p.head_dim_v);
   };
   wait_for_previous_kernel();  // global memory from here on
 #pragma unroll
