@@ -9,7 +9,8 @@
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
 #   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps,
-#                and .devbuild/variants for AB=1)
+#                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
+#                side-by-side bench of the tree, leaving its tests and the A/B)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -129,7 +130,11 @@ if [ "$STAGES" = decode ]; then
   timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
   say "decode gpu tests: rc=$? $(($(date +%s) - t0)) s"
   report_tests
-  sanitize_small gpu_test_decode 'Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks' 90 decode
+  sanitize_small gpu_test_decode 'Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks:Decode.SplitsForced' 120 decode
+fi
+if [ "$STAGES" = decode ] && [ "${AB_ONLY:-0}" = 1 ]; then
+  say "AB_ONLY=1: no side-by-side bench on the tree"
+elif [ "$STAGES" = decode ]; then
   mkdir -p "$OUT/bench"
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
     python3 -X faulthandler bench/decode_bench.py --rows "${DECODE_ROWS:-15,3,10}" --profile \
@@ -137,6 +142,8 @@ if [ "$STAGES" = decode ]; then
     >"$OUT/bench-decode.log" 2>&1
   say "decode bench: rc=$?"
   grep -E 'kernel|us' "$OUT/bench-decode.log" | tail -20
+fi
+if [ "$STAGES" = decode ]; then
   # NCU=1: Nsight Compute on the MLA row (stall reasons, pipe use), one launch.
   if [ "${NCU:-0}" = 1 ]; then
     timeout $(limit 120) ncu --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
@@ -148,12 +155,14 @@ if [ "$STAGES" = decode ]; then
     say "ncu mla: rc=$?"
     grep -E 'Duration|Throughput|stalled|Eligible|Executed Ipc' "$OUT/ncu-mla.txt" | head -60
   fi
-  # NCU_SOURCE=1: per-instruction warp states of the MLA kernel (SASS with
-  # stall samples, CSV) for finding where the cycles go.
+  # NCU_SOURCE=1: per-instruction warp states (SASS with stall samples, CSV)
+  # of one kernel for finding where the cycles go: by default the MLA kernel;
+  # NCU_KERNEL (a regex) and NCU_RUN (arguments of `fsdpa run`) pick another.
   if [ "${NCU_SOURCE:-0}" = 1 ]; then
-    timeout $(limit 120) ncu --section SourceCounters --section WarpStateStats -k regex:decode_mla -c 1 \
-      -o "$OUT/ncu-mla" $BUILD/bin/fsdpa run --device cuda --hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 \
-      --dv 512 --mla >"$OUT/ncu-mla-source.log" 2>&1
+    read -r -a ncu_run <<<"${NCU_RUN:---hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 --dv 512 --mla}"
+    timeout $(limit 120) ncu --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+      -k "regex:${NCU_KERNEL:-decode_mla}" -c 1 -o "$OUT/ncu-mla" $BUILD/bin/fsdpa run --device cuda \
+      "${ncu_run[@]}" >"$OUT/ncu-mla-source.log" 2>&1
     ncu --import "$OUT/ncu-mla.ncu-rep" --page source --csv --print-source sass \
       >"$OUT/ncu-mla-source.csv" 2>>"$OUT/ncu-mla-source.log"
     say "ncu source: rc=$? $(wc -l <"$OUT/ncu-mla-source.csv") lines"
@@ -179,7 +188,7 @@ if [ "$STAGES" = decode ]; then
     done
     for rep in 1 2; do
       for name in "${names[@]}"; do
-        FSDPA_LIBRARY=/tmp/ab/$name.so PYTHONUNBUFFERED=1 timeout "$(limit 60)" \
+        FSDPA_LIBRARY=/tmp/ab/$name.so PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
           python3 bench/decode_bench.py --rows "${DECODE_ROWS:-15}" --fsdpa-only --profile \
           --out "$OUT/ab/$name-$rep.json" --md "$OUT/ab/$name-$rep.md" --png "$OUT/ab/$name-$rep.png" \
           >"$OUT/ab/$name-$rep.log" 2>&1
