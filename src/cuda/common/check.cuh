@@ -29,13 +29,13 @@ int prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sha
 // must execute griddepcontrol.wait before touching global memory. Elsewhere
 // the launch is in plain stream order.
 template <typename... Params, typename... Args>
-void launch_programmatic(void (*kernel)(Params...), unsigned blocks, int threads,
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, int threads,
                          size_t dynamic_shared_bytes, cudaStream_t stream, const char* kernel_name,
                          Args&&... args) {
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), threads,
                                     dynamic_shared_bytes, kernel_name);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
+  config.gridDim = grid;
   config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = dynamic_shared_bytes;
   config.stream = stream;

@@ -1,11 +1,11 @@
 // The combine kernel: merges the key splits' unnormalized partial outputs
 // with their (max, sum) pairs into out and lse, adding the sink to the
-// denominator. One block per output row. The (max, sum) pairs are read once
-// and merged online (one block reduction); the per-split maxima stay in
-// shared memory. The threads then split into column groups (float4 where Dv
-// and the workspace allow) times split subsets, so a row's splits are read
-// in parallel, a batch of loads in flight per lane; a shared-memory sum over
-// the subsets gives the row.
+// denominator. One block per output row and part of up to 128 columns (Dv =
+// 512 takes four blocks a row, each merging the (max, sum) pairs itself). A
+// block's threads split into column groups (float4 where Dv and the
+// workspace allow) times split subsets; each lane issues its first batch of
+// partial loads before the (max, sum) pass, so both are in flight together;
+// a shared-memory sum over the subsets gives the row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,20 +20,19 @@ namespace fsdpa::detail::cuda {
 
 namespace {
 
-// 256 threads: Dv=128 as 32 float4 groups x 8 split subsets, so 49 splits
-// take one batch of loads per lane (the old 128-thread kernel read a row's
-// splits serially per thread: 6.6-10.9 us at 33-49 splits).
+// 256 threads: 128 columns as 32 float4 groups x 8 split subsets, so up to
+// 64 splits take one batch of loads per lane.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kCombineColumns = 128;  // per block
 // Two blocks per SM allow 128 registers: at the default target (64) the
 // float4 batch below spilled 8 bytes.
 constexpr int kCombineMinBlocks = 2;
-// Loads a lane issues before its FMAs: one batch covers 8 x 8 = 64 splits at Dv=128.
+// Loads a lane issues before its FMAs: one batch covers 8 x 8 = 64 splits.
 constexpr int kCombineBatch = 8;
-// Per-subset column sums: subsets x groups <= threads, 4 floats a group; the
-// scalar path with one subset stores Dv floats.
+// Per-subset column sums: subsets x groups <= threads, Vec floats a group.
 constexpr int kCombineSumFloats = kCombineThreads * 4;
-static_assert(kCombineSumFloats >= kDecodeMaxHeadDimV);
+static_assert(kCombineSumFloats >= kCombineColumns);
 
 using decode_kernel::allow_next_launch;
 using decode_kernel::kLn2;
@@ -69,7 +68,6 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   __shared__ float2 scratch[kCombineWarps];
   __shared__ __align__(16) float sum_s[kCombineSumFloats];
   allow_next_launch();
-  wait_for_previous_kernel();  // the split kernel's partials
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t row = blockIdx.x;
   const int rows_total = p.batch * p.heads_q * p.len_q;
@@ -77,6 +75,32 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const int head = int((row / p.len_q) % p.heads_q);
   const int batch = int(row / (int64_t(p.len_q) * p.heads_q));
   const float2* stats = reinterpret_cast<const float2*>(p.partial_max_sum);
+
+  // This block's column groups [first_group, + groups) and this thread's
+  // group and split subset.
+  constexpr int kGroupsPerBlock = kCombineColumns / Vec;
+  const int first_group = static_cast<int>(blockIdx.y) * kGroupsPerBlock;
+  const int groups = min(kGroupsPerBlock, (p.head_dim_v + Vec - 1) / Vec - first_group);
+  const int subsets = kCombineThreads / groups;
+  const int g = tid % groups, j = tid / groups;
+  const bool has_unit = j < subsets;
+  const int64_t split_stride = int64_t(rows_total) * p.dv_ws;
+  const float* partial = p.partial_out + row * p.dv_ws + (first_group + g) * Vec;
+  float v[kCombineBatch][Vec];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int b = 0; b < kCombineBatch; ++b) {
+      const int s = s0 + b * subsets;
+      if (has_unit && s < p.num_splits) {
+        load_partial<Vec>(partial + s * split_stride, v[b]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
+      }
+    }
+  };
+  wait_for_previous_kernel();  // the split kernel's partials
+  load_batch(j);               // in flight during the (max, sum) pass
 
   // ---- the row's (max, sum): one pass, merged online, then over the block
   float2 total = make_float2(minus_inf(), 0.f);
@@ -103,33 +127,19 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
 
   // ---- weighted sum of the partial rows: column groups x split subsets
-  const int groups = (p.head_dim_v + Vec - 1) / Vec;
-  const int subsets = groups >= kCombineThreads ? 1 : kCombineThreads / groups;
-  const int64_t split_stride = int64_t(rows_total) * p.dv_ws;
-  const float* partial = p.partial_out + row * p.dv_ws;
-  for (int unit = tid; unit < groups * subsets; unit += kCombineThreads) {
-    const int g = unit % groups, j = unit / groups;
+  if (has_unit) {
     float acc[Vec];
 #pragma unroll
     for (int e = 0; e < Vec; ++e) acc[e] = 0.f;
     for (int s0 = j; s0 < p.num_splits; s0 += subsets * kCombineBatch) {
-      float v[kCombineBatch][Vec], w[kCombineBatch];
+      if (s0 != j) load_batch(s0);
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
         const int s = s0 + b * subsets;
-        if (s < p.num_splits) {
-          load_partial<Vec>(partial + s * split_stride + g * Vec, v[b]);
-          w[b] = exp2f(max_s[s] - base);
-        } else {
+        const float w = s < p.num_splits ? exp2f(max_s[s] - base) : 0.f;
 #pragma unroll
-          for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
-          w[b] = 0.f;
-        }
+        for (int e = 0; e < Vec; ++e) acc[e] += w * v[b][e];
       }
-#pragma unroll
-      for (int b = 0; b < kCombineBatch; ++b)
-#pragma unroll
-        for (int e = 0; e < Vec; ++e) acc[e] += w[b] * v[b][e];
     }
 #pragma unroll
     for (int e = 0; e < Vec; ++e) sum_s[(j * groups + g) * Vec + e] = acc[e];
@@ -137,13 +147,14 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   __syncthreads();
 
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
-           i * p.out_strides.row;
-  for (int d = tid; d < p.head_dim_v; d += kCombineThreads) {
+           i * p.out_strides.row + first_group * Vec;
+  const int columns = min(groups * Vec, p.head_dim_v - first_group * Vec);
+  for (int d = tid; d < columns; d += kCombineThreads) {
     float value = 0.f;
-    for (int j = 0; j < subsets; ++j) value += sum_s[j * groups * Vec + d];
+    for (int k = 0; k < subsets; ++k) value += sum_s[k * groups * Vec + d];
     out[d] = from_float<T>(value * inv_sum);
   }
-  if (tid == 0 && p.lse != nullptr)
+  if (tid == 0 && blockIdx.y == 0 && p.lse != nullptr)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
         top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
 }
@@ -153,10 +164,11 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_combine_kernel<T, Vec>;
   const size_t smem = size_t(p.num_splits) * sizeof(float);
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
+  const int parts = (p.head_dim_v + kCombineColumns - 1) / kCombineColumns;
   // Scheduled while the split kernel finishes (it allows the launch at its
   // start); waits in griddepcontrol.wait for the partials.
-  launch_programmatic(kernel, static_cast<unsigned>(rows), kCombineThreads, smem, stream,
-                      "decode_combine_kernel", p);
+  launch_programmatic(kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(parts)),
+                      kCombineThreads, smem, stream, "decode_combine_kernel", p);
 }
 
 }  // namespace

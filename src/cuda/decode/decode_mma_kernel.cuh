@@ -111,23 +111,33 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
                                                           p.head_dim_v);
   };
   wait_for_previous_kernel();  // global memory from here on
+
+  // ---- q rows (zeros past the real rows and Dqk), in stage 0's cp.async
+  // group: the key loop's first wait and barrier publish them. A row's 16
+  // threads find its source once (packed_row divides) and copy every 16th
+  // 16-byte chunk (an element-wise loop with packed_row per element took
+  // ~50 instructions an element: 32 elements a thread at Dqk = 512).
+  {
+    constexpr int kThreadsPerRow = kThreads / kRows;
+    static_assert(kThreads % kRows == 0);
+    const int r = tid / kThreadsPerRow;
+    const T* source = static_cast<const T*>(p.q);
+    int columns = 0;  // real columns of this row (0: a padding row, all zeros)
+    if (r < blk.rows_here) {
+      const int2 hi = packed_row(p, blk, r);
+      source += blk.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row;
+      columns = p.head_dim_qk;
+    }
+    const uint32_t row = shared_address(q_s + r * kRowQ);
+    for (int c = tid % kThreadsPerRow; c < DQK / 8; c += kThreadsPerRow) {
+      const int bytes = 2 * max(0, min(8, columns - c * 8));
+      cp_async_16_zfill(row + c * 16, bytes > 0 ? source + c * 8 : source, bytes);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_tiles) load_stage(s);
     cp_async_commit();
-  }
-
-  // ---- q rows (zero past the real rows and Dqk); the first barrier of the
-  // key loop publishes them
-  for (int idx = tid; idx < kRows * DQK; idx += kThreads) {
-    const int r = idx / DQK, d = idx % DQK;
-    T x = from_float<T>(0.f);
-    if (r < blk.rows_here && d < p.head_dim_qk) {
-      const int2 hi = packed_row(p, blk, r);
-      x = static_cast<const T*>(p.q)[blk.batch * p.q_strides.batch + hi.x * p.q_strides.head +
-                                     hi.y * p.q_strides.row + d];
-    }
-    q_s[r * kRowQ + d] = x;
   }
 
   float o[kDvPart / 8][4];
