@@ -200,11 +200,13 @@ constexpr int decode_mma_stages_within(int dqk, int dv, int parts, size_t budget
   return n > kDecodeMmaMaxStages ? kDecodeMmaMaxStages : n;
 }
 
-// Measured on the H200 (bench/NOTES.md, decode rounds 4-6; B=1 Hq=32 Hkv=8
-// Lk=131072, share of the copy ceiling): one block of 4 warps per SM streamed
-// worse than two (D=256: 59% against 70%), one key stream of 16 keys per
-// stage worse than two (288: 50% against 68%), and 8 warps per block better
-// than 4 (D=128: 86% against 82%, same machine). So: two blocks per SM with
+// Measured on the H200 (bench/NOTES.md, decode rounds 4-6 and session 6; B=1
+// Hq=32 Hkv=8 Lk=131072, share of the copy ceiling): one block of 4 warps per
+// SM streamed worse than two (D=256: 59% against 70%), and so did one block of
+// 8 warps with a 4-6 stage ring (D=128: 77% against 87%, 512: 45% against
+// 66%); one key stream of 16 keys per stage worse than two (288: 50% against
+// 68%), and 8 warps per block better than 4 (D=128: 86% against 82%, same
+// machine). So: two blocks per SM with
 // at least two streams (3 stages, else 2), the fewest Dv parts first; else
 // two blocks with one stream; else one block per SM. Four or more warps
 // that share a stream split the Q.K product (decode_mma_split_qk).
