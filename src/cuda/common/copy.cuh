@@ -84,7 +84,8 @@ __device__ __forceinline__ void cp_async_tile_rows(uint32_t shared, const T* glo
   const int64_t pass_stride = row_stride * kRowsPerPass;
   uint32_t to = shared + static_cast<uint32_t>((row * kStride + col) * sizeof(T));
   if (row0 + kRows <= num_rows) {
-    // Unrolled unless the passes are many (the 576/512 bucket: 11 and 8).
+    // Unrolled unless the passes are many (the 576/512 bucket: 11 and 8,
+    // which spilled unrolled).
 #pragma unroll(kPasses <= 6 ? kPasses : 1)
     for (int i = 0; i < kPasses; ++i) {
       if (kRows % kRowsPerPass != 0 && row + i * kRowsPerPass >= kRows) break;
