@@ -486,9 +486,6 @@ TEST(Decode, MlaLongKeys) {
   run_case(c);
 }
 
-// rows x splits x Dv odd (one row, 3 splits, MLA-style v = k[..., :59]):
-// the (max, sum) pairs of the split partials stay 8-byte aligned (placed
-// after the outputs they sat 4 bytes off, a misaligned float2 access).
 // Calls on one stream with no host sync between them, all with one
 // workspace. Every decode kernel is launched with programmatic dependent
 // launch, so a call's split kernel may be scheduled while the previous
@@ -568,6 +565,9 @@ TEST(Decode, BackToBackCallsShareTheWorkspace) {
   }
 }
 
+// rows x splits x Dv odd (one row, 3 splits, MLA-style v = k[..., :59]):
+// the (max, sum) pairs of the split partials stay 8-byte aligned (placed
+// after the outputs they sat 4 bytes off, a misaligned float2 access).
 TEST(Decode, OddPartialSizes) {
   for (int splits : {0, 3}) {
     Case c;
