@@ -217,7 +217,7 @@ def main():
         if f_:
             print(f"{row}: {f_['tb_s']:.2f} TB/s {f_['ceiling_fraction']*100:.0f}% "
                   f"{f_['ms']*1e3:.1f} us ({f_['timing']}; eager {f_['eager_ms']*1e3:.1f} us) "
-                  f"splits {f_['splits']} {f_.get('kernels_us', '')}"
+                  f"err {f_['err']:.1e} splits {f_['splits']} {f_.get('kernels_us', '')}"
                   f" {results[-1].get('unfused', '')}", flush=True)
     doc = {"gpu": props.name, "torch": torch.__version__, "copy_ceiling_tb_s": ceiling,
            "command": " ".join(sys.argv),

@@ -19,6 +19,20 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t shared_destination, c
                "l"(source), "r"(valid_bytes));
 }
 
+// Warms L2 with `bytes` (rounded down to 16) from `source` (16-byte
+// aligned): a hint that reads nothing into the block, so it may run before
+// griddepcontrol.wait.
+__device__ __forceinline__ void prefetch_l2(const void* source, uint32_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  bytes &= ~15u;
+  if (bytes > 0)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(source), "r"(bytes)
+                 : "memory");
+#else
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(source));
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 // Waits until at most `kPending` committed groups are still in flight.

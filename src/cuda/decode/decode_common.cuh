@@ -159,43 +159,83 @@ __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const Dec
 // (max, sum) for row r, merge_s[(stream * kRows + r) * DV + d] its
 // unnormalized output. Merges the streams and writes out/lse (one split: the
 // sink joins the denominator) or the split's partial and (max, sum) for the
-// combine kernel.
+// combine kernel. A row's weights are worked out once (its thread r writes
+// them over stats_s), then all threads merge 4 columns at a time (element by
+// element, with the row's weights and source per element, it took 2-4 us of
+// the Lk=32768 calls at Dv = 128-512).
 template <typename T, int kStreams, int kRows, int DV>
 __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const DecodeBlock& b,
-                                                 const float2* stats_s, const float* merge_s) {
+                                                 float2* stats_s, const float* merge_s) {
+  static_assert(DV % 4 == 0);
   const bool single_split = p.num_splits == 1;
   const int rows_total = p.batch * p.heads_q * p.len_q;
-  for (int idx = threadIdx.x; idx < kRows * p.head_dim_v; idx += blockDim.x) {
-    const int r = idx / p.head_dim_v, d = idx % p.head_dim_v;
-    if (r >= b.rows_here) break;
+  // Row r's partial slot (consecutive packed rows are consecutive rows).
+  const int64_t first_slot =
+      int64_t(b.split) * rows_total +
+      (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
+  if (const int r = static_cast<int>(threadIdx.x); r < b.rows_here) {
     const int2 hi = packed_row(p, b, r);
-    const int head = hi.x, i = hi.y;
     float block_max = minus_inf();
 #pragma unroll
     for (int w = 0; w < kStreams; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
     float sink = minus_inf();
-    if (single_split && p.sinks != nullptr) sink = p.sinks[head * p.sinks_stride] * kLog2e;
+    if (single_split && p.sinks != nullptr) sink = p.sinks[hi.x * p.sinks_stride] * kLog2e;
     const float top = fmaxf(block_max, sink);
     const float base = top == minus_inf() ? 0.f : top;
-    float sum = exp2f(sink - base), value = 0.f;
+    float sum = exp2f(sink - base), weight[kStreams];
 #pragma unroll
     for (int w = 0; w < kStreams; ++w) {
-      const float weight = exp2f(stats_s[w * kRows + r].x - base);
-      sum += stats_s[w * kRows + r].y * weight;
-      value += merge_s[(w * kRows + r) * DV + d] * weight;
+      weight[w] = exp2f(stats_s[w * kRows + r].x - base);
+      sum += stats_s[w * kRows + r].y * weight[w];
     }
+    const float scale = single_split ? (sum > 0.f ? 1.f / sum : 0.f) : 1.f;
+#pragma unroll
+    for (int w = 0; w < kStreams; ++w)
+      stats_s[w * kRows + r] = make_float2(weight[w], w == 0 ? scale : 0.f);
+    if (!single_split)
+      reinterpret_cast<float2*>(p.partial_max_sum)[first_slot + r] = make_float2(top, sum);
+    else if (p.lse != nullptr)
+      p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head + hi.y * p.lse_strides.row] =
+          top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+  }
+  __syncthreads();
+  constexpr int kVectors = DV / 4;
+  const bool partial_vectors =
+      p.dv_ws % 4 == 0 && reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+  for (int idx = threadIdx.x; idx < b.rows_here * kVectors; idx += blockDim.x) {
+    const int r = idx / kVectors, d = idx % kVectors * 4;
+    if (d >= p.head_dim_v) continue;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int w = 0; w < kStreams; ++w) {
+      const float weight = stats_s[w * kRows + r].x;
+      const float4 m = *reinterpret_cast<const float4*>(merge_s + (w * kRows + r) * DV + d);
+      v[0] += weight * m.x, v[1] += weight * m.y, v[2] += weight * m.z, v[3] += weight * m.w;
+    }
+    const int columns = min(4, p.head_dim_v - d);
     if (single_split) {
-      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + head * p.out_strides.head +
-               i * p.out_strides.row;
-      out[d] = from_float<T>(sum > 0.f ? value / sum : 0.f);
-      if (d == 0 && p.lse != nullptr)
-        p.lse[b.batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
-            top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+      const float scale = stats_s[r].y;
+      const int2 hi = packed_row(p, b, r);
+      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
+               hi.y * p.out_strides.row + d;
+      // Rows start 16-byte aligned: 4 elements at a multiple of 4 are one vector.
+      alignas(16) T x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = from_float<T>(v[e] * scale);
+      if (columns == 4) {
+        if constexpr (sizeof(T) == 2)
+          *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(x);
+        else
+          *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(x);
+      } else {
+        for (int e = 0; e < columns; ++e) out[e] = x[e];
+      }
     } else {
-      const int64_t row = (int64_t(b.batch) * p.heads_q + head) * p.len_q + i;
-      const int64_t slot = int64_t(b.split) * rows_total + row;
-      p.partial_out[slot * p.dv_ws + d] = value;
-      if (d == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = make_float2(top, sum);
+      float* out = p.partial_out + (first_slot + r) * p.dv_ws + d;
+      if (columns == 4 && partial_vectors)
+        *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+      else
+        for (int e = 0; e < columns; ++e) out[e] = v[e];
     }
   }
 }

@@ -17,9 +17,9 @@
 // tile j + 1 together, so the tensor cores run one while the other is
 // waited for. Shared-memory barriers hand P over (P written, P read) and
 // free a K stage (both warpgroups' P V of its tile completed) for the copy
-// of the tile four ahead. The epilogue stores from the accumulators: final
-// rows for one split, else the split's partial for the combine kernel
-// (decode_combine.cu).
+// of the tile four ahead. The epilogue stores the final rows from the
+// accumulators (one split), or the split's partial for the combine kernel
+// (decode_combine.cu) through shared memory, as whole rows.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -152,6 +152,47 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
   }
 }
 
+// Several splits, when the partial rows take 16-byte vectors: the split's
+// unnormalized rows go through shared memory (`staging`, the free K
+// stages) and leave as whole rows, each warp storing 512 contiguous bytes
+// at a time. A block's packed rows are consecutive rows of the partials.
+// (Stored from the accumulator layout, each instruction wrote 8-byte pieces
+// of 8 rows: ~5 us for the 16.8 MB of all blocks at once.)
+constexpr int kStagedRow = kMlaHeadDimV + 8;  // floats: 8 rows' float2 writes hit distinct banks
+static_assert(size_t{kMlaRows} * kStagedRow * 4 <= kMlaStages * kMlaKTileBytes);
+__device__ __forceinline__ bool staged_partials(const DecodeParams& p) {
+  return p.num_splits > 1 && p.dv_ws % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+}
+__device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
+                                                     const decode_kernel::DecodeBlock& b,
+                                                     const float (&o)[kOutTiles][4],
+                                                     const float2* stats, float* staging,
+                                                     int warpgroup, int warp, int group, int quad) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float* row =
+        staging + (warp * 16 + group + 8 * h) * kStagedRow + warpgroup * kHalfDv + 2 * quad;
+#pragma unroll
+    for (int n = 0; n < kOutTiles; ++n)
+      *reinterpret_cast<float2*>(row + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+  }
+  __syncthreads();
+  const int rows_total = p.batch * p.heads_q * p.len_q;
+  const int64_t first_row =
+      int64_t(b.split) * rows_total +
+      (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int vectors = p.head_dim_v / 4;  // dv_ws == head_dim_v
+  for (int r = static_cast<int>(threadIdx.x) / 32; r < b.rows_here; r += kMlaThreads / 32) {
+    float4* out = reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws);
+    const float4* in = reinterpret_cast<const float4*>(staging + r * kStagedRow);
+    for (int c = lane; c < vectors; c += 32) out[c] = in[c];
+  }
+  if (static_cast<int>(threadIdx.x) < b.rows_here)
+    reinterpret_cast<float2*>(p.partial_max_sum)[first_row + threadIdx.x] = stats[threadIdx.x];
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map) {
@@ -216,12 +257,15 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     barrier_init_fence();
   }
   wait_for_previous_kernel();  // global memory from here on
-  if (issuer)
-    for (int tile = 0; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
+  // Tile 0 and Q first, the other tiles once Q is in: issued together, the
+  // first tiles of all blocks (18.9 MB) held Q's reads back ~3.6 us.
+  if (issuer && num_tiles > 0) load_tile(0);
   load_q<T>(p, blk, shared_q);
   cp_async_wait<0>();
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
   __syncthreads();  // Q in place, barriers initialized
+  if (issuer)
+    for (int tile = 1; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
 
   // Descriptors: Q and K K-major (8-row groups 1024 bytes apart, panel kk / 4,
   // 32 bytes a k-step); V N-major from this warpgroup's 4 panels of the K
@@ -369,7 +413,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     }
   }
   __syncthreads();
-  store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+  if (staged_partials(p)) {
+    // Every wgmma and TMA use of the K stages is complete (waited above).
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    store_partial_staged(p, blk, o[0], stats_s, reinterpret_cast<float*>(q_ptr + kMlaQBytes),
+                         warpgroup, warp, group, quad);
+  } else {
+    store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+  }
 #endif  // FSDPA_WGMMA_ARCH
 }
 

@@ -110,6 +110,19 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
                                                           v_rows, p.v_strides.row, key0, key_end,
                                                           p.head_dim_v);
   };
+  // The first stages' K and V rows into L2 while the kernel before may
+  // still run (a prefetch reads nothing into the block): -0.6 us a call at
+  // Lk=32768, D=128 (bench/NOTES.md, session 7).
+  {
+    const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
+    for (int i = tid; i < 2 * ahead; i += kThreads) {
+      const bool is_v = i >= ahead;
+      if (is_v && v_aliases_k) break;
+      const int64_t key = key_begin + (is_v ? i - ahead : i);
+      prefetch_l2(is_v ? v_rows + key * p.v_strides.row : k_rows + key * p.k_strides.row,
+                  uint32_t(is_v ? p.head_dim_v : p.head_dim_qk) * uint32_t{sizeof(T)});
+    }
+  }
   wait_for_previous_kernel();  // global memory from here on
 
   // ---- q rows (zeros past the real rows and Dqk), in stage 0's cp.async
