@@ -1,11 +1,11 @@
 // The combine kernel: merges the key splits' unnormalized partial outputs
 // with their (max, sum) pairs into out and lse, adding the sink to the
 // denominator. One block per output row and part of up to 128 columns (Dv =
-// 512 takes four blocks a row, each merging the (max, sum) pairs itself). A
-// block's threads split into column groups (float4 where Dv and the
-// workspace allow) times split subsets; each lane issues its first batch of
-// partial loads before the (max, sum) pass, so both are in flight together;
-// a shared-memory sum over the subsets gives the row.
+// 512 takes four blocks a row). A block's threads split into column groups
+// (float4 where Dv and the workspace allow) times split subsets; each thread
+// loads its splits' partial columns and (max, sum) pairs at once, the block
+// finds the row's max (a max reduction only), and each thread weights its
+// own splits; a shared-memory sum over the subsets gives the row.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -40,13 +40,6 @@ using decode_kernel::kLog2e;
 using decode_kernel::minus_inf;
 using decode_kernel::wait_for_previous_kernel;
 
-// (max, sum) of exp2 terms relative to max; merging rescales both to the larger max.
-__device__ __forceinline__ float2 merge_max_sum(float2 a, float2 b) {
-  const float top = fmaxf(a.x, b.x);
-  if (top == minus_inf()) return make_float2(top, 0.f);
-  return make_float2(top, a.y * exp2f(a.x - top) + b.y * exp2f(b.x - top));
-}
-
 template <int Vec>
 __device__ __forceinline__ void load_partial(const float* at, float* v) {
   if constexpr (Vec == 4) {
@@ -64,8 +57,8 @@ __device__ __forceinline__ void load_partial(const float* at, float* v) {
 template <typename T, int Vec>
 __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     decode_combine_kernel(const DecodeParams p) {
-  extern __shared__ float max_s[];  // [num_splits]
-  __shared__ float2 scratch[kCombineWarps];
+  __shared__ float warp_max_s[kCombineWarps];
+  __shared__ float subset_sum_s[kCombineThreads];  // per split subset: its sum of weighted sums
   __shared__ __align__(16) float sum_s[kCombineSumFloats];
   allow_next_launch();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -74,10 +67,10 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const int i = int(row % p.len_q);
   const int head = int((row / p.len_q) % p.heads_q);
   const int batch = int(row / (int64_t(p.len_q) * p.heads_q));
-  const float2* stats = reinterpret_cast<const float2*>(p.partial_max_sum);
+  const float2* stats = reinterpret_cast<const float2*>(p.partial_max_sum) + row;
 
   // This block's column groups [first_group, + groups) and this thread's
-  // group and split subset.
+  // group and split subset: splits j, j + subsets, ...
   constexpr int kGroupsPerBlock = kCombineColumns / Vec;
   const int first_group = static_cast<int>(blockIdx.y) * kGroupsPerBlock;
   const int groups = min(kGroupsPerBlock, (p.head_dim_v + Vec - 1) / Vec - first_group);
@@ -87,65 +80,67 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const int64_t split_stride = int64_t(rows_total) * p.dv_ws;
   const float* partial = p.partial_out + row * p.dv_ws + (first_group + g) * Vec;
   float v[kCombineBatch][Vec];
+  float2 ms[kCombineBatch];
   auto load_batch = [&](int s0) {
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
       const int s = s0 + b * subsets;
       if (has_unit && s < p.num_splits) {
         load_partial<Vec>(partial + s * split_stride, v[b]);
+        ms[b] = stats[int64_t(s) * rows_total];
       } else {
 #pragma unroll
         for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
+        ms[b] = make_float2(minus_inf(), 0.f);
       }
     }
   };
   wait_for_previous_kernel();  // the split kernel's partials
-  load_batch(j);               // in flight during the (max, sum) pass
+  load_batch(j);               // partials and their (max, sum) in flight together
 
-  // ---- the row's (max, sum): one pass, merged online, then over the block
-  float2 total = make_float2(minus_inf(), 0.f);
-  for (int s = tid; s < p.num_splits; s += kCombineThreads) {
-    const float2 ms = stats[int64_t(s) * rows_total + row];
-    max_s[s] = ms.x;
-    total = merge_max_sum(total, ms);
-  }
+  // ---- the row's max: this thread's splits, then the block (max only: the
+  // sums are weighted once, below, instead of merged pairwise on the way)
+  float top = minus_inf();
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, total.x, offset),
-                                     __shfl_xor_sync(0xffffffffu, total.y, offset));
-    total = merge_max_sum(total, other);
-  }
-  if (lane == 0) scratch[warp] = total;
-  __syncthreads();  // also orders max_s
-  total = scratch[0];
+  for (int b = 0; b < kCombineBatch; ++b) top = fmaxf(top, ms[b].x);
+  if (has_unit)
+    for (int s = j + subsets * kCombineBatch; s < p.num_splits; s += subsets)
+      top = fmaxf(top, stats[int64_t(s) * rows_total].x);
 #pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) total = merge_max_sum(total, scratch[w]);
+  for (int offset = 16; offset > 0; offset /= 2)
+    top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, offset));
+  if (lane == 0) warp_max_s[warp] = top;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) top = fmaxf(top, warp_max_s[w]);
   const float sink = p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf();
-  const float top = fmaxf(total.x, sink);
+  top = fmaxf(top, sink);
   const float base = top == minus_inf() ? 0.f : top;
-  const float sum = total.y * exp2f(total.x - base) + exp2f(sink - base);
-  const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
 
-  // ---- weighted sum of the partial rows: column groups x split subsets
-  if (has_unit) {
-    float acc[Vec];
+  // ---- weighted sums of this thread's splits: columns and the denominator
+  float acc[Vec], weight_sum = 0.f;
 #pragma unroll
-    for (int e = 0; e < Vec; ++e) acc[e] = 0.f;
+  for (int e = 0; e < Vec; ++e) acc[e] = 0.f;
+  if (has_unit) {
     for (int s0 = j; s0 < p.num_splits; s0 += subsets * kCombineBatch) {
       if (s0 != j) load_batch(s0);
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {
-        const int s = s0 + b * subsets;
-        const float w = s < p.num_splits ? exp2f(max_s[s] - base) : 0.f;
+        const float w = exp2f(ms[b].x - base);  // 0 past the last split (max -inf)
+        weight_sum += w * ms[b].y;
 #pragma unroll
         for (int e = 0; e < Vec; ++e) acc[e] += w * v[b][e];
       }
     }
 #pragma unroll
     for (int e = 0; e < Vec; ++e) sum_s[(j * groups + g) * Vec + e] = acc[e];
+    if (g == 0) subset_sum_s[j] = weight_sum;
   }
   __syncthreads();
 
+  float sum = exp2f(sink - base);
+  for (int k = 0; k < subsets; ++k) sum += subset_sum_s[k];
+  const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
            i * p.out_strides.row + first_group * Vec;
   const int columns = min(groups * Vec, p.head_dim_v - first_group * Vec);
@@ -162,7 +157,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
 template <typename T, int Vec>
 void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_combine_kernel<T, Vec>;
-  const size_t smem = size_t(p.num_splits) * sizeof(float);
+  const size_t smem = 0;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
   const int parts = (p.head_dim_v + kCombineColumns - 1) / kCombineColumns;
   // Scheduled while the split kernel finishes (it allows the launch at its
