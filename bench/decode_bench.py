@@ -18,7 +18,10 @@ time (median of calls timed alone with CUDA events) is kept beside it as
 For quick A/B runs of the decode kernels: --rows 0,3,8 times only those rows
 (indices into ROWS), --fsdpa-only skips torch's backends, --unfused also times
 fsdpa's unfused (cuBLAS) path, --profile splits the fused time per kernel
-(split, combine) with torch.profiler (eager calls).
+(split, combine) with torch.profiler (eager calls), --kv-gap BYTES places V
+that far after K in one allocation (the row-order effect, bench/NOTES.md).
+The report (.md, .png) comes from decode_report.py, which also rewrites it
+from a saved JSON.
 """
 import argparse
 import itertools
@@ -26,6 +29,7 @@ import json
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)  # timing.py, also where the script's folder is not on the path (-P)
 import fsdpa  # noqa: E402
+import decode_report  # noqa: E402
 import timing  # noqa: E402
 
 
@@ -123,8 +128,15 @@ def bench_row(row, ceiling, l2_bytes, args):
     inputs = []
     for _ in range(sets):
         q = torch.randn(B, Hq, 1, dq, dtype=torch.bfloat16, device="cuda")
-        k = torch.randn(B, Hkv, Lk, dq, dtype=torch.bfloat16, device="cuda")
-        v = k[..., :dv] if alias else torch.randn(B, Hkv, Lk, dv, dtype=torch.bfloat16, device="cuda")
+        if args.kv_gap is not None and not alias:
+            # K and V carved from one allocation, V starting kv_gap bytes after K ends.
+            k_bytes, v_bytes = B * Hkv * Lk * dq * 2, B * Hkv * Lk * dv * 2
+            buf = torch.empty(k_bytes + args.kv_gap + v_bytes, dtype=torch.uint8, device="cuda")
+            k = buf[:k_bytes].view(torch.bfloat16).view(B, Hkv, Lk, dq).normal_()
+            v = buf[k_bytes + args.kv_gap:].view(torch.bfloat16).view(B, Hkv, Lk, dv).normal_()
+        else:
+            k = torch.randn(B, Hkv, Lk, dq, dtype=torch.bfloat16, device="cuda")
+            v = k[..., :dv] if alias else torch.randn(B, Hkv, Lk, dv, dtype=torch.bfloat16, device="cuda")
         out = torch.full((B, Hq, 1, dv), float("nan"), dtype=torch.bfloat16, device="cuda")
         inputs.append((q, k, v, out))
     scale = 1 / math.sqrt(dq)
@@ -198,13 +210,20 @@ def main():
     ap.add_argument("--fsdpa-only", action="store_true", help="skip torch's backends")
     ap.add_argument("--unfused", action="store_true", help="also time fsdpa's unfused path")
     ap.add_argument("--profile", action="store_true", help="per-kernel device time (torch.profiler)")
+    ap.add_argument("--cooldown", type=float, default=0.0,
+                    help="seconds of idle GPU before each row after the first")
+    ap.add_argument("--kv-gap", type=int, default=None,
+                    help="carve K and V from one allocation, V this many bytes (a multiple of 16) after K")
     args = ap.parse_args()
     rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else ROWS
     props = torch.cuda.get_device_properties(0)
     ceiling = copy_ceiling_tbs()
     l2 = getattr(props, "L2_cache_size", 50 * 1024**2)
     results = []
-    for row in rows:
+    for n, row in enumerate(rows):
+        if n > 0 and args.cooldown > 0:
+            torch.cuda.synchronize()
+            time.sleep(args.cooldown)
         print("row", row, file=sys.stderr, flush=True)
         try:
             results.append(bench_row(row, ceiling, l2, args))
@@ -227,69 +246,7 @@ def main():
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
 
-    def cell(r, key):
-        """TB/s (graph time/eager time in us); "-" and a dagger where no graph."""
-        x = r.get(key, {})
-        if "tb_s" not in x:
-            return "no kernel"
-        if x["timing"] == "graph":
-            return f"{x['tb_s']:.2f} ({x['ms']*1e3:.0f}/{x['eager_ms']*1e3:.0f})"
-        return f"{x['tb_s']:.2f} (-/{x['eager_ms']*1e3:.0f})†"
-    lines = [f"GPU {props.name}, torch {torch.__version__}, copy ceiling {ceiling:.2f} TB/s (read+write), bf16, Lq=1",
-             "", "| shape | Dqk/Dv | fsdpa TB/s (graph/eager us) | of ceiling | splits | workspace | err | flash | cudnn | math | vs cudnn |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        if "fsdpa" not in r:
-            lines.append(f"| {r.get('row')} | failed: {r.get('error', '')[:80]} |")
-            continue
-        f_ = r["fsdpa"]
-        c_ = r.get("cudnn", {})
-        vs = "-"
-        if "ms" in c_:
-            vs = f"{c_['ms'] / f_['ms']:.2f}x" + ("" if c_["timing"] == f_["timing"] else "†")
-        extra = f", {f_['tflop_s']:.0f} TFLOP/s" if r["v_aliases_k"] else ""
-        lines.append(f"| B={r['B']} Hq={r['Hq']} Hkv={r['Hkv']} Lk={r['Lk']} | {r['Dqk']}/{r['Dv']} | "
-                     f"{cell(r, 'fsdpa')}{extra} | {f_['ceiling_fraction']*100:.0f}% | {f_['splits']} | "
-                     f"{f_['workspace_bytes']} | {f_['err']:.1e} | {cell(r, 'flash')} | {cell(r, 'cudnn')} | "
-                     f"{cell(r, 'math')} | {vs} |")
-    lines += ["", f"Each cell: TB/s from the graph time (graph time/eager time, us). Graph: per call, the median "
-              f"of {GRAPH['replays']} replays of a CUDA graph of {GRAPH['calls']} calls over the rotated input "
-              f"sets (math: {MATH_GRAPH['replays']} replays of {MATH_GRAPH['calls']} calls); eager: the median of "
-              f"{EAGER_ITERS} calls (math: {MATH_EAGER_ITERS}) each timed alone between CUDA events, host launch "
-              "gaps included (bench/timing.py). †: the calls could not be captured, so the time is eager "
-              "(graph_error in the JSON says why); a ratio marked † compares an eager time with a graph time."]
-    text = "\n".join(lines) + "\n"
-    with open(args.md, "w") as f:
-        f.write(text)
-    print(text)
-    plot(results, ceiling, props.name, args.png)
-
-
-def plot(results, ceiling, gpu, path):
-    """Unique K/V TB/s per row for every backend, the copy ceiling as a line."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot", file=sys.stderr)
-        return
-    rows = [r for r in results if "fsdpa" in r]
-    labels = [f"B{r['B']} {r['Hq']}/{r['Hkv']}\nLk{r['Lk'] // 1024}k {r['Dqk']}/{r['Dv']}" for r in rows]
-    backends = ["fsdpa", "flash", "cudnn", "math"]
-    width = 0.8 / len(backends)
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
-    for b, name in enumerate(backends):
-        xs = [i + (b - 1.5) * width for i in range(len(rows))]
-        ax.bar(xs, [r.get(name, {}).get("tb_s", 0) for r in rows], width, label=name)
-    ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.2f}")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, fontsize=6)
-    ax.set_ylabel("unique K/V TB/s (graph time)")
-    ax.set_title(f"Decode, bf16, Lq=1, {gpu} (0 = no kernel)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    decode_report.write(doc, args.md, args.png)
 
 
 if __name__ == "__main__":

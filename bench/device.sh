@@ -124,7 +124,11 @@ fi
 # ------------------------------------------------------------------ decode loop
 # `decode`: the decode GPU tests, memcheck/racecheck on small MLA and split
 # cases, and decode_bench.py on DECODE_ROWS (indices into its ROWS; default:
-# MLA, D=128 at Lk=32768 and at 131072) with per-kernel profile times.
+# MLA, D=128 at Lk=32768 and at 131072) with per-kernel profile times. The
+# side-by-side benches idle the GPU DECODE_COOLDOWN seconds (default 5)
+# before each row: right after torch's math backend on the 512/512 row
+# (~500 W), the next row measured 76% instead of 85-87% (bench/NOTES.md,
+# session 7).
 if [ "$STAGES" = decode ]; then
   t0=$(date +%s)
   timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
@@ -138,6 +142,7 @@ elif [ "$STAGES" = decode ]; then
   mkdir -p "$OUT/bench"
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
     python3 -X faulthandler bench/decode_bench.py --rows "${DECODE_ROWS:-15,3,10}" --profile \
+    --cooldown "${DECODE_COOLDOWN:-5}" \
     --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
     >"$OUT/bench-decode.log" 2>&1
   say "decode bench: rc=$?"
@@ -234,6 +239,7 @@ if [ "$STAGES" = all ] || [ "$STAGES" = bench ] || [ "$STAGES" = route ]; then
     say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
     t0=$(date +%s)
     timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
+      --cooldown "${DECODE_COOLDOWN:-5}" \
       --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
       >"$OUT/bench-decode.log" 2>&1
     say "decode bench: rc=$? $(($(date +%s) - t0)) s"

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The decode benchmark's report: the markdown table and the PNG plot of a
+results document that bench/decode_bench.py wrote (no torch, no GPU).
+
+decode_bench.py calls write() after measuring; run alone, this rewrites the
+report of a saved JSON (for example one fetched from the GPU machine without
+its .md and .png):
+
+  /usr/bin/python3 bench/decode_report.py results/h200-decode.json \\
+      --md results/h200-decode.md --png results/h200-decode.png
+"""
+import argparse
+import json
+import sys
+
+
+def cell(r, key):
+    """TB/s (graph time/eager time in us); "-" and a dagger where no graph."""
+    x = r.get(key, {})
+    if "tb_s" not in x:
+        return "no kernel"
+    if x["timing"] == "graph":
+        return f"{x['tb_s']:.2f} ({x['ms']*1e3:.0f}/{x['eager_ms']*1e3:.0f})"
+    return f"{x['tb_s']:.2f} (-/{x['eager_ms']*1e3:.0f})†"
+
+
+def table(doc):
+    """The markdown table of a results document."""
+    t = doc["timing"]
+    graph, math_graph = t["graph"], t["math_graph"]
+    lines = [f"GPU {doc['gpu']}, torch {doc['torch']}, copy ceiling {doc['copy_ceiling_tb_s']:.2f} TB/s "
+             "(read+write), bf16, Lq=1",
+             "", "| shape | Dqk/Dv | fsdpa TB/s (graph/eager us) | of ceiling | splits | workspace | err | flash | cudnn | math | vs cudnn |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        if "fsdpa" not in r:
+            lines.append(f"| {r.get('row')} | failed: {r.get('error', '')[:80]} |")
+            continue
+        f_ = r["fsdpa"]
+        c_ = r.get("cudnn", {})
+        vs = "-"
+        if "ms" in c_:
+            vs = f"{c_['ms'] / f_['ms']:.2f}x" + ("" if c_["timing"] == f_["timing"] else "†")
+        extra = f", {f_['tflop_s']:.0f} TFLOP/s" if r["v_aliases_k"] else ""
+        lines.append(f"| B={r['B']} Hq={r['Hq']} Hkv={r['Hkv']} Lk={r['Lk']} | {r['Dqk']}/{r['Dv']} | "
+                     f"{cell(r, 'fsdpa')}{extra} | {f_['ceiling_fraction']*100:.0f}% | {f_['splits']} | "
+                     f"{f_['workspace_bytes']} | {f_['err']:.1e} | {cell(r, 'flash')} | {cell(r, 'cudnn')} | "
+                     f"{cell(r, 'math')} | {vs} |")
+    lines += ["", f"Each cell: TB/s from the graph time (graph time/eager time, us). Graph: per call, the median "
+              f"of {graph['replays']} replays of a CUDA graph of {graph['calls']} calls over the rotated input "
+              f"sets (math: {math_graph['replays']} replays of {math_graph['calls']} calls); eager: the median of "
+              f"{t['eager_iters']} calls (math: {t['math_eager_iters']}) each timed alone between CUDA events, "
+              "host launch gaps included (bench/timing.py). †: the calls could not be captured, so the time is "
+              "eager (graph_error in the JSON says why); a ratio marked † compares an eager time with a graph "
+              "time.",
+              "", f"Command: `{doc['command']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc, path):
+    """Unique K/V TB/s per row for every backend, the copy ceiling as a line."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    ceiling = doc["copy_ceiling_tb_s"]
+    rows = [r for r in doc["rows"] if "fsdpa" in r]
+    labels = [f"B{r['B']} {r['Hq']}/{r['Hkv']}\nLk{r['Lk'] // 1024}k {r['Dqk']}/{r['Dv']}" for r in rows]
+    backends = ["fsdpa", "flash", "cudnn", "math"]
+    width = 0.8 / len(backends)
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
+    for b, name in enumerate(backends):
+        xs = [i + (b - 1.5) * width for i in range(len(rows))]
+        ax.bar(xs, [r.get(name, {}).get("tb_s", 0) for r in rows], width, label=name)
+    ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.2f}")
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(labels, fontsize=6)
+    ax.set_ylabel("unique K/V TB/s (graph time)")
+    ax.set_title(f"Decode, bf16, Lq=1, {doc['gpu']} (0 = no kernel)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+
+
+def write(doc, md_path, png_path):
+    text = table(doc)
+    with open(md_path, "w") as f:
+        f.write(text)
+    print(text)
+    plot(doc, png_path)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("json", help="a results document of decode_bench.py")
+    ap.add_argument("--md", required=True)
+    ap.add_argument("--png", required=True)
+    args = ap.parse_args()
+    with open(args.json) as f:
+        write(json.load(f), args.md, args.png)
+
+
+if __name__ == "__main__":
+    main()
