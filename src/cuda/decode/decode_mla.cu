@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   }
   wait_for_previous_kernel();  // global memory from here on
   // Tile 0 and Q first, the other tiles once Q is in: issued together, the
-  // first tiles of all blocks (18.9 MB) held Q's reads back ~3.6 us.
+  // first tiles of all blocks (18.9 MB) held Q's reads back (Q in 4.2 ->
+  // 3.0 us after the block's start: bench/NOTES.md, session 7).
   if (issuer && num_tiles > 0) load_tile(0);
   load_q<T>(p, blk, shared_q);
   cp_async_wait<0>();
