@@ -19,7 +19,9 @@ For quick A/B runs of the decode kernels: --rows 0,3,8 times only those rows
 (indices into ROWS), --fsdpa-only skips torch's backends, --unfused also times
 fsdpa's unfused (cuBLAS) path, --profile splits the fused time per kernel
 (split, combine) with torch.profiler (eager calls), --kv-gap BYTES places V
-that far after K in one allocation (the row-order effect, bench/NOTES.md).
+that far after K in one allocation, --cooldown S idles the GPU S seconds
+before each row after the first (the row-order effect: bench/NOTES.md,
+session 7).
 The report (.md, .png) comes from decode_report.py, which also rewrites it
 from a saved JSON.
 """
