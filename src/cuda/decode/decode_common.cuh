@@ -99,6 +99,34 @@ __device__ __forceinline__ int2 packed_row(const DecodeParams& p, const DecodeBl
   return make_int2(b.kv_head * p.kv_group_size + packed / p.len_q, packed % p.len_q);
 }
 
+// Packed row r's q row and its real columns (0 past the block's rows: a
+// padding row, copied as zeros from the start of q). The kernels copy it in
+// 16-byte chunks, the division in packed_row once per thread.
+template <typename T>
+struct QRow {
+  const T* source;
+  int columns;
+};
+template <typename T>
+__device__ __forceinline__ QRow<T> q_row(const DecodeParams& p, const DecodeBlock& b, int r) {
+  QRow<T> q{static_cast<const T*>(p.q), 0};
+  if (r < b.rows_here) {
+    const int2 hi = packed_row(p, b, r);
+    q.source += b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row;
+    q.columns = p.head_dim_qk;
+  }
+  return q;
+}
+
+// The block's first row in the split partials (slot split x rows + row):
+// consecutive packed rows are consecutive rows (b, kv head x group + i / Lq,
+// i % Lq), so row r of the block is this + r.
+__device__ __forceinline__ int64_t first_partial_row(const DecodeParams& p, const DecodeBlock& b) {
+  const int rows_total = p.batch * p.heads_q * p.len_q;
+  return int64_t(b.split) * rows_total +
+         (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
+}
+
 // Keys [begin, end) row r sees ((0, 0) past the real rows), and the offset
 // of its row of the array mask.
 __device__ __forceinline__ int2 row_keys(const DecodeParams& p, const DecodeBlock& b, int r) {
@@ -168,11 +196,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
                                                  float2* stats_s, const float* merge_s) {
   static_assert(DV % 4 == 0);
   const bool single_split = p.num_splits == 1;
-  const int rows_total = p.batch * p.heads_q * p.len_q;
-  // Row r's partial slot (consecutive packed rows are consecutive rows).
-  const int64_t first_slot =
-      int64_t(b.split) * rows_total +
-      (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
+  const int64_t first_slot = first_partial_row(p, b);
   if (const int r = static_cast<int>(threadIdx.x); r < b.rows_here) {
     const int2 hi = packed_row(p, b, r);
     float block_max = minus_inf();

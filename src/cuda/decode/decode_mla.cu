@@ -71,20 +71,14 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kerne
   static_assert(kMlaThreads % kMlaRows == 0 && kChunks % kThreadsPerRow == 0);
   const int r = static_cast<int>(threadIdx.x) / kThreadsPerRow;
   const int first = static_cast<int>(threadIdx.x) % kThreadsPerRow;
-  const T* source = static_cast<const T*>(p.q);
-  int columns = 0;  // real columns this row copies (0: a padding row, all zeros)
-  if (r < b.rows_here) {
-    const int2 hi = decode_kernel::packed_row(p, b, r);
-    source += b.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row;
-    columns = p.head_dim_qk;
-  }
+  const decode_kernel::QRow<T> source = decode_kernel::q_row<T>(p, b, r);
   const uint32_t row = q + r * 128;
 #pragma unroll
   for (int i = 0; i < kChunks / kThreadsPerRow; ++i) {
     const int c = first + i * kThreadsPerRow;
-    const int bytes = 2 * max(0, min(8, columns - c * 8));
+    const int bytes = 2 * max(0, min(8, source.columns - c * 8));
     cp_async_16_zfill(row + (c / 8) * kQPanelBytes + ((c % 8) ^ (r % 8)) * 16,
-                      bytes > 0 ? source + c * 8 : source, bytes);
+                      bytes > 0 ? source.source + c * 8 : source.source, bytes);
   }
   cp_async_commit();
 }
@@ -178,10 +172,7 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
       *reinterpret_cast<float2*>(row + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
   }
   __syncthreads();
-  const int rows_total = p.batch * p.heads_q * p.len_q;
-  const int64_t first_row =
-      int64_t(b.split) * rows_total +
-      (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
+  const int64_t first_row = decode_kernel::first_partial_row(p, b);
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int vectors = p.head_dim_v / 4;  // dv_ws == head_dim_v
   for (int r = static_cast<int>(threadIdx.x) / 32; r < b.rows_here; r += kMlaThreads / 32) {

@@ -134,17 +134,11 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
     constexpr int kThreadsPerRow = kThreads / kRows;
     static_assert(kThreads % kRows == 0);
     const int r = tid / kThreadsPerRow;
-    const T* source = static_cast<const T*>(p.q);
-    int columns = 0;  // real columns of this row (0: a padding row, all zeros)
-    if (r < blk.rows_here) {
-      const int2 hi = packed_row(p, blk, r);
-      source += blk.batch * p.q_strides.batch + hi.x * p.q_strides.head + hi.y * p.q_strides.row;
-      columns = p.head_dim_qk;
-    }
+    const QRow<T> source = q_row<T>(p, blk, r);
     const uint32_t row = shared_address(q_s + r * kRowQ);
     for (int c = tid % kThreadsPerRow; c < DQK / 8; c += kThreadsPerRow) {
-      const int bytes = 2 * max(0, min(8, columns - c * 8));
-      cp_async_16_zfill(row + c * 16, bytes > 0 ? source + c * 8 : source, bytes);
+      const int bytes = 2 * max(0, min(8, source.columns - c * 8));
+      cp_async_16_zfill(row + c * 16, bytes > 0 ? source.source + c * 8 : source.source, bytes);
     }
   }
 #pragma unroll
