@@ -21,15 +21,16 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t shared_destination, c
 
 // Warms L2 with `bytes` (rounded down to 16) from `source` (16-byte
 // aligned): a hint that reads nothing into the block, so it may run before
-// griddepcontrol.wait.
+// griddepcontrol.wait. One bulk prefetch on sm_90, else one per 128-byte line.
 __device__ __forceinline__ void prefetch_l2(const void* source, uint32_t bytes) {
-#if __CUDA_ARCH__ >= 900
   bytes &= ~15u;
+#if __CUDA_ARCH__ >= 900
   if (bytes > 0)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(source), "r"(bytes)
                  : "memory");
 #else
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(source));
+  for (uint32_t offset = 0; offset < bytes; offset += 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(static_cast<const char*>(source) + offset));
 #endif
 }
 

@@ -157,13 +157,12 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
 template <typename T, int Vec>
 void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = decode_combine_kernel<T, Vec>;
-  const size_t smem = 0;
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.len_q;
   const int parts = (p.head_dim_v + kCombineColumns - 1) / kCombineColumns;
   // Scheduled while the split kernel finishes (it allows the launch at its
   // start); waits in griddepcontrol.wait for the partials.
   launch_programmatic(kernel, dim3(static_cast<unsigned>(rows), static_cast<unsigned>(parts)),
-                      kCombineThreads, smem, stream, "decode_combine_kernel", p);
+                      kCombineThreads, 0, stream, "decode_combine_kernel", p);
 }
 
 }  // namespace
