@@ -1,7 +1,7 @@
 // The combine kernel: merges the key splits' unnormalized partial outputs
 // with their (max, sum) pairs into out and lse, adding the sink to the
-// denominator. One block per output row and part of up to 128 columns (Dv =
-// 512 takes four blocks a row). A block's threads split into column groups
+// denominator. One block per output row and part of up to 256 columns (Dv =
+// 512 takes two blocks a row). A block's threads split into column groups
 // (float4 where Dv and the workspace allow) times split subsets; each thread
 // loads its splits' partial columns and (max, sum) pairs at once, the block
 // finds the row's max (a max reduction only), and each thread weights its
@@ -20,11 +20,14 @@ namespace fsdpa::detail::cuda {
 
 namespace {
 
-// 256 threads: 128 columns as 32 float4 groups x 8 split subsets, so up to
-// 64 splits take one batch of loads per lane.
+// 256 threads: up to 256 columns as 64 float4 groups x 4 split subsets
+// (Dv <= 128: 32 groups x 8 subsets). With 256 columns a block, MLA's
+// combine (128 rows x 512 columns) is 256 blocks, one wave at two blocks a
+// SM (with 128 columns: 512 blocks in two waves, 0.5 us slower a call;
+// bench/NOTES.md, session 8); 64 splits take two batches of loads.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
-constexpr int kCombineColumns = 128;  // per block
+constexpr int kCombineColumns = 256;  // per block
 // Two blocks per SM allow 128 registers: at the default target (64) the
 // float4 batch below spilled 8 bytes.
 constexpr int kCombineMinBlocks = 2;
