@@ -10,7 +10,8 @@
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
 #   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
-#                side-by-side bench of the tree, leaving its tests and the A/B)
+#                side-by-side bench of the tree, leaving its tests and the A/B;
+#                DECODE_TESTS=0 skips the tree's decode tests and sanitizers)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -129,7 +130,7 @@ fi
 # before each row: right after torch's math backend on the 512/512 row
 # (~500 W), the next row measured 76% instead of 85-87% (bench/NOTES.md,
 # session 7).
-if [ "$STAGES" = decode ]; then
+if [ "$STAGES" = decode ] && [ "${DECODE_TESTS:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
   say "decode gpu tests: rc=$? $(($(date +%s) - t0)) s"
