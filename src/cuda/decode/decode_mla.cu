@@ -50,6 +50,9 @@ constexpr bool kWgmmaKernelsBuilt = true;
 constexpr bool kWgmmaKernelsBuilt = false;
 #endif
 
+// The kernel's device code, compiled for sm_90a only: elsewhere the kernel
+// body is empty and these would be unused (an error with FSDPA_WERROR).
+#if FSDPA_WGMMA_ARCH
 constexpr int kPanels = kMlaHeadDimQk / 64;  // 64-column panels of a Q or K tile
 constexpr int kQPanelBytes = kMlaRows * 128;
 constexpr int kKPanelBytes = kMlaTileK * 128;
@@ -183,6 +186,7 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
   if (static_cast<int>(threadIdx.x) < b.rows_here)
     reinterpret_cast<float2*>(p.partial_max_sum)[first_row + threadIdx.x] = stats[threadIdx.x];
 }
+#endif  // FSDPA_WGMMA_ARCH
 
 template <typename T>
 __global__ void __launch_bounds__(kMlaThreads, 1)
