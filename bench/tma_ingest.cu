@@ -59,14 +59,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t stages = (raw + 1023u) & ~1023u;
   const uint32_t barriers = stages + kStages * kTileBytes;
   auto full = [&](int tile) { return barriers + 8 * (tile % kStages); };
-  auto free_ = [&](int tile) { return barriers + 8 * (kStages + tile % kStages); };
+  auto consumed = [&](int tile) { return barriers + 8 * (kStages + tile % kStages); };
   auto parity = [](int tile) { return static_cast<uint32_t>(tile / kStages % 2); };
   constexpr int kTiles = kKeysPerBlock / kTileKeys;
   const int first_key = (paired ? blockIdx.x / 2 : blockIdx.x) * kKeysPerBlock;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(full(s));
-      barrier_init(free_(s), 32);
+      barrier_init(consumed(s), 32);
     }
     barrier_init_fence();
   }
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t acc = 0;
   if (threadIdx.x == 0) {
     for (int t = 0; t < kTiles; ++t) {
-      if (t >= kStages) barrier_wait(free_(t), parity(t) ^ 1);  // tile t - stages consumed
+      if (t >= kStages) barrier_wait(consumed(t), parity(t) ^ 1);  // tile t - stages consumed
       const uint32_t stage = stages + (t % kStages) * kTileBytes;
       barrier_expect_bytes(full(t), kTileBytes);
       for (int panel = 0; panel < kPanels; ++panel)
@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = 0; t < kTiles; ++t) {
       barrier_wait(full(t), parity(t));
       acc += shared_u32(stages + (t % kStages) * kTileBytes + (threadIdx.x - 32) * 4);
-      barrier_arrive(free_(t));
+      barrier_arrive(consumed(t));
     }
   }
   __syncthreads();

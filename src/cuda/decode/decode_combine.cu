@@ -31,7 +31,8 @@ constexpr int kCombineColumns = 256;  // per block
 // Two blocks per SM allow 128 registers: at the default target (64) the
 // float4 batch below spilled 8 bytes.
 constexpr int kCombineMinBlocks = 2;
-// Loads a lane issues before its FMAs: one batch covers 8 x 8 = 64 splits.
+// Loads a lane issues before its FMAs: one batch covers subsets x 8 splits
+// (64 at Dv <= 128, 32 with 256 float4 columns).
 constexpr int kCombineBatch = 8;
 // Per-subset column sums: subsets x groups <= threads, Vec floats a group.
 constexpr int kCombineSumFloats = kCombineThreads * 4;
