@@ -467,6 +467,34 @@ TEST(Decode, MlaBatchesAndHeads) {
   run_case(c);
 }
 
+// Even split counts: split pairs merge through two-block clusters before the
+// combine, each block half of the columns. Several batches and latent heads
+// (the clusters' block order), a partial second row chunk, Dv below 512 with
+// masks and sinks, and pairs of empty splits.
+TEST(Decode, MlaSplitPairs) {
+  Case c = mla_case();
+  c.batch = 2;
+  c.heads_q = 192;  // 96 rows a kv head: a full and a partial row chunk
+  c.heads_kv = 2;
+  c.len_k = 1000;
+  c.splits = 4;
+  run_case(c);
+  c = mla_case();
+  c.heads_q = 16;
+  c.len_q = 4;
+  c.len_k = 700;
+  c.dv = 504;
+  c.causal = true;
+  c.mask = MaskCase::AdditiveF32;
+  c.sinks = true;
+  c.splits = 6;
+  run_case(c);
+  c = mla_case();
+  c.len_k = 17;
+  c.splits = 64;  // most splits empty
+  run_case(c);
+}
+
 // Head dims the 576 bucket takes: a partial last panel (528), Dv below 512.
 TEST(Decode, MlaHeadDims) {
   for (auto [dqk, dv] : {std::pair<int64_t, int64_t>{528, 512}, {576, 128}, {576, 504}}) {

@@ -27,11 +27,12 @@ int prepare_launch(const void* kernel, int threads_per_block, size_t dynamic_sha
 // previous kernel of the stream still runs (once that kernel's blocks have
 // all executed griddepcontrol.launch_dependents, or finished), and the kernel
 // must execute griddepcontrol.wait before touching global memory. Elsewhere
-// the launch is in plain stream order.
+// the launch is in plain stream order. `cluster_blocks` > 1 launches clusters
+// of that many consecutive blocks (sm_90; the grid a multiple of it).
 template <typename... Params, typename... Args>
-void launch_programmatic(void (*kernel)(Params...), dim3 grid, int threads,
-                         size_t dynamic_shared_bytes, cudaStream_t stream, const char* kernel_name,
-                         Args&&... args) {
+void launch_programmatic_clusters(void (*kernel)(Params...), dim3 grid, int cluster_blocks,
+                                  int threads, size_t dynamic_shared_bytes, cudaStream_t stream,
+                                  const char* kernel_name, Args&&... args) {
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), threads,
                                     dynamic_shared_bytes, kernel_name);
   cudaLaunchConfig_t config{};
@@ -39,16 +40,31 @@ void launch_programmatic(void (*kernel)(Params...), dim3 grid, int threads,
   config.blockDim = dim3(static_cast<unsigned>(threads));
   config.dynamicSmemBytes = dynamic_shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute overlap{};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attributes[2]{};
   // Only where the binary has griddepcontrol.wait (an sm_80 binary on a
   // Hopper device would start unordered).
   if (binary >= 90) {
-    config.attrs = &overlap;
-    config.numAttrs = 1;
+    attributes[config.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[config.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++config.numAttrs;
   }
+  if (cluster_blocks > 1) {
+    attributes[config.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attributes[config.numAttrs].val.clusterDim.x = static_cast<unsigned>(cluster_blocks);
+    attributes[config.numAttrs].val.clusterDim.y = 1;
+    attributes[config.numAttrs].val.clusterDim.z = 1;
+    ++config.numAttrs;
+  }
+  config.attrs = attributes;
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), kernel_name);
+}
+
+template <typename... Params, typename... Args>
+void launch_programmatic(void (*kernel)(Params...), dim3 grid, int threads,
+                         size_t dynamic_shared_bytes, cudaStream_t stream, const char* kernel_name,
+                         Args&&... args) {
+  launch_programmatic_clusters(kernel, grid, 1, threads, dynamic_shared_bytes, stream, kernel_name,
+                               std::forward<Args>(args)...);
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -58,4 +58,53 @@ __device__ __forceinline__ void tma_load_4d(uint32_t destination, const CUtensor
       : "memory");
 }
 
+// ---- clusters (sm_90): blocks that read each other's shared memory.
+
+// This block's rank in its cluster, and the cluster's blocks (0 and 1
+// in a launch without clusters).
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+__device__ __forceinline__ uint32_t cluster_blocks() {
+  uint32_t blocks;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(blocks));
+  return blocks;
+}
+
+// The cluster barrier in two halves, every thread of every block of the
+// cluster: arrive releases this thread's earlier accesses, wait returns once
+// all arrived and acquires theirs.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// The shared address `local` of this block as seen in cluster block `rank`,
+// and a 16-byte load from such an address.
+__device__ __forceinline__ uint32_t cluster_address(uint32_t local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ float4 load_cluster_float4(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float2 load_cluster_float2(uint32_t address) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];\n"
+               : "=f"(v.x), "=f"(v.y)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
 }  // namespace fsdpa::detail::cuda

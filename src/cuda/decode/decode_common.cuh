@@ -79,8 +79,8 @@ struct DecodeBlock {
   int batch, kv_head, split, row0, rows_here;
 };
 
-__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block) {
-  int64_t block = blockIdx.x;
+__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
+                                                    int64_t block = blockIdx.x) {
   DecodeBlock b;
   const int chunk = int(block % p.row_chunks);
   block /= p.row_chunks;

@@ -19,7 +19,10 @@
 // free a K stage (both warpgroups' P V of its tile completed) for the copy
 // of the tile four ahead. The epilogue stores the final rows from the
 // accumulators (one split), or the split's partial for the combine kernel
-// (decode_combine.cu) through shared memory, as whole rows.
+// (decode_combine.cu) through shared memory, as whole rows. With an even
+// number of splits the blocks run as two-block clusters of adjacent splits
+// of one row chunk, and each pair leaves one partial, merged through
+// distributed shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,6 +52,14 @@ constexpr bool kWgmmaKernelsBuilt = true;
 #else
 constexpr bool kWgmmaKernelsBuilt = false;
 #endif
+
+// Several splits, when the partial rows take 16-byte vectors: the split's
+// rows leave through shared memory (store_partial_staged), and an even
+// number of splits runs as split pairs (store_pair_merged).
+__host__ __device__ __forceinline__ bool staged_partials(const DecodeParams& p) {
+  return p.num_splits > 1 && p.dv_ws % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+}
 
 // The kernel's device code, compiled for sm_90a only: elsewhere the kernel
 // body is empty and these would be unused (an error with FSDPA_WERROR).
@@ -157,15 +168,9 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
 // of 8 rows: ~5 us for the 16.8 MB of all blocks at once.)
 constexpr int kStagedRow = kMlaHeadDimV + 8;  // floats: 8 rows' float2 writes hit distinct banks
 static_assert(size_t{kMlaRows} * kStagedRow * 4 <= kMlaStages * kMlaKTileBytes);
-__device__ __forceinline__ bool staged_partials(const DecodeParams& p) {
-  return p.num_splits > 1 && p.dv_ws % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
-}
-__device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
-                                                     const decode_kernel::DecodeBlock& b,
-                                                     const float (&o)[kOutTiles][4],
-                                                     const float2* stats, float* staging,
-                                                     int warpgroup, int warp, int group, int quad) {
+// A warpgroup's accumulators into its columns of the staged rows.
+__device__ __forceinline__ void stage_rows(const float (&o)[kOutTiles][4], float* staging,
+                                           int warpgroup, int warp, int group, int quad) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float* row =
@@ -174,6 +179,13 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
     for (int n = 0; n < kOutTiles; ++n)
       *reinterpret_cast<float2*>(row + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
   }
+}
+__device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
+                                                     const decode_kernel::DecodeBlock& b,
+                                                     const float (&o)[kOutTiles][4],
+                                                     const float2* stats, float* staging,
+                                                     int warpgroup, int warp, int group, int quad) {
+  stage_rows(o, staging, warpgroup, warp, group, quad);
   __syncthreads();
   const int64_t first_row = decode_kernel::first_partial_row(p, b);
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -185,6 +197,61 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
   }
   if (static_cast<int>(threadIdx.x) < b.rows_here)
     reinterpret_cast<float2*>(p.partial_max_sum)[first_row + threadIdx.x] = stats[threadIdx.x];
+}
+
+// Split pairs (two-block clusters of splits 2k and 2k + 1, see launch_mla):
+// both blocks stage their rows, then each merges half of the columns of the
+// pair (its own rows from shared memory, the partner's through the cluster,
+// both weighted to the larger of the two maxima) and stores them as split k
+// of the partials, (max, sum) from rank 0: the combine reads half the bytes.
+// `weights`: 64 float2 of shared memory for the rows' two weights. (With
+// every load of a thread in flight at once instead of 4, and the weights
+// worked out per element, the call took 1.7 us longer: bench/NOTES.md,
+// session 9.)
+__device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
+                                                  const decode_kernel::DecodeBlock& b,
+                                                  const float (&o)[kOutTiles][4],
+                                                  const float2* stats, float* staging,
+                                                  float2* weights, int warpgroup, int warp,
+                                                  int group, int quad) {
+  using decode_kernel::minus_inf;
+  stage_rows(o, staging, warpgroup, warp, group, quad);
+  cluster_arrive();
+  cluster_wait();  // both blocks' rows and statistics staged
+  const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
+  decode_kernel::DecodeBlock merged = b;
+  merged.split = b.split / 2;
+  const int64_t first_row = decode_kernel::first_partial_row(p, merged);
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < kMlaRows) {
+    const float2 own = stats[t];
+    const float2 other = load_cluster_float2(cluster_address(shared_address(stats + t), partner));
+    const float top = fmaxf(own.x, other.x);
+    const float base = top == minus_inf() ? 0.f : top;
+    const float own_weight = exp2f(own.x - base), other_weight = exp2f(other.x - base);
+    weights[t] = make_float2(own_weight, other_weight);
+    if (rank == 0 && t < b.rows_here)
+      reinterpret_cast<float2*>(p.partial_max_sum)[first_row + t] =
+          make_float2(top, own.y * own_weight + other.y * other_weight);
+  }
+  __syncthreads();
+  // This block's 16-byte columns of every row: the first half (rank 0) or the rest.
+  const int vectors = p.head_dim_v / 4;  // dv_ws == head_dim_v
+  const int first = rank == 0 ? 0 : (vectors + 1) / 2;
+  const int count = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
+  const uint32_t remote = cluster_address(shared_address(staging), partner);
+#pragma unroll 4
+  for (int i = t; i < b.rows_here * count; i += kMlaThreads) {
+    const int r = i / count, c = (first + i % count) * 4;
+    const int offset = r * kStagedRow + c;
+    const float4 a = *reinterpret_cast<const float4*>(staging + offset);
+    const float4 x = load_cluster_float4(remote + offset * 4);
+    const float2 w = weights[r];
+    *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) = make_float4(
+        a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y, a.w * w.x + x.w * w.y);
+  }
+  cluster_arrive();
+  cluster_wait();  // the partner's reads of this block's rows are done
 }
 #endif  // FSDPA_WGMMA_ARCH
 
@@ -225,7 +292,15 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const int warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const bool issuer = threadIdx.x == 128;
 
-  const DecodeBlock blk = decode_block(p, kMlaRows);
+  // Split pairs: consecutive blocks are splits 2k and 2k + 1 of one row chunk
+  // (decode_block's order has the row chunk fastest).
+  const bool pairs = cluster_blocks() == 2;
+  int64_t block = blockIdx.x;
+  if (pairs) {
+    const int64_t split = block % p.num_splits, rest = block / p.num_splits;
+    block = (rest / p.row_chunks * p.num_splits + split) * p.row_chunks + rest % p.row_chunks;
+  }
+  const DecodeBlock blk = decode_block(p, kMlaRows, block);
   allow_next_launch();
   const BlockKeys keys = block_keys(p, blk);
   const int num_tiles =
@@ -412,8 +487,12 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   if (staged_partials(p)) {
     // Every wgmma and TMA use of the K stages is complete (waited above).
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    store_partial_staged(p, blk, o[0], stats_s, reinterpret_cast<float*>(q_ptr + kMlaQBytes),
-                         warpgroup, warp, group, quad);
+    float* const staging = reinterpret_cast<float*>(q_ptr + kMlaQBytes);
+    if (pairs)
+      store_pair_merged(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup, warp, group,
+                        quad);
+    else
+      store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
     store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
   }
@@ -426,9 +505,18 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   const TileMap k_map =
       make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, strides, kMlaTileK);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
-  launch_programmatic(decode_mla_kernel<T>, static_cast<unsigned>(blocks), kMlaThreads,
-                      kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map);
-  if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
+  // Split pairs merge in two-block clusters where the splits pair up and the
+  // partials are staged: the combine then reads half the partials (MLA 32.1
+  // -> 30.9 us a call, bench/NOTES.md, session 9).
+  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p);
+  launch_programmatic_clusters(decode_mla_kernel<T>, dim3(static_cast<unsigned>(blocks)),
+                               pairs ? 2 : 1, kMlaThreads, kMlaSharedBytes, stream,
+                               "decode_mla_kernel", p, k_map);
+  if (p.num_splits > 1) {
+    DecodeParams merged = p;
+    if (pairs) merged.num_splits /= 2;
+    launch_decode_combine<T>(merged, stream);
+  }
 }
 
 }  // namespace
