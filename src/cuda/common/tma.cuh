@@ -84,7 +84,7 @@ __device__ __forceinline__ void cluster_wait() {
 }
 
 // The shared address `local` of this block as seen in cluster block `rank`,
-// and a 16-byte load from such an address.
+// and 16- and 8-byte loads from such an address.
 __device__ __forceinline__ uint32_t cluster_address(uint32_t local, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));

@@ -72,8 +72,10 @@ __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_of
 
 // ------------------------------------------------------------ the block's rows
 
-// Where a block's packed rows come from: the block index decomposes into
-// (batch, kv head, key split, row chunk); packed row r of chunk c is query
+// Where a block's packed rows come from: the block index (blockIdx.x unless
+// the kernel orders its blocks otherwise, as the MLA kernel's split pairs do)
+// decomposes into (batch, kv head, key split, row chunk), the row chunk
+// fastest; packed row r of chunk c is query
 // head kv_head * group + (c * kRows + r) / len_q at position (..) % len_q.
 struct DecodeBlock {
   int batch, kv_head, split, row0, rows_here;
