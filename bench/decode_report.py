@@ -8,6 +8,11 @@ its .md and .png):
 
   /usr/bin/python3 bench/decode_report.py results/h200-decode.json \\
       --md results/h200-decode.md --png results/h200-decode.png
+
+With several JSONs and --out it merges them into one document first (rows
+in the order given, each backend's share against the median of their copy
+ceilings): the report of a table whose rows ran in separate processes
+(bench/device.sh, DECODE_ROW_PROCESSES=1).
 """
 import argparse
 import json
@@ -53,7 +58,13 @@ def table(doc):
               "host launch gaps included (bench/timing.py). †: the calls could not be captured, so the time is "
               "eager (graph_error in the JSON says why); a ratio marked † compares an eager time with a graph "
               "time.",
-              "", f"Command: `{doc['command']}`"]
+              ""]
+    if isinstance(doc["command"], list):  # merged: one process per row
+        ceilings = ", ".join(f"{c:.2f}" for c in doc["copy_ceilings_tb_s"])
+        lines.append(f"One process per row (copy ceilings {ceilings} TB/s; the median above). Commands: "
+                     + "; ".join(f"`{c}`" for c in doc["command"]))
+    else:
+        lines.append(f"Command: `{doc['command']}`")
     return "\n".join(lines) + "\n"
 
 
@@ -93,14 +104,37 @@ def write(doc, md_path, png_path):
     plot(doc, png_path)
 
 
+def merge(docs):
+    """One document of the rows of `docs`, shares against their median ceiling."""
+    ceilings = sorted(d["copy_ceiling_tb_s"] for d in docs)
+    ceiling = ceilings[len(ceilings) // 2]
+    rows = [r for d in docs for r in d["rows"]]
+    for r in rows:
+        for x in r.values():
+            if isinstance(x, dict) and "tb_s" in x and "ceiling_fraction" in x:
+                x["ceiling_fraction"] = x["tb_s"] / ceiling
+    return {**docs[0], "copy_ceiling_tb_s": ceiling, "copy_ceilings_tb_s": ceilings,
+            "command": [d["command"] for d in docs], "rows": rows}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("json", help="a results document of decode_bench.py")
+    ap.add_argument("json", nargs="+", help="results documents of decode_bench.py")
+    ap.add_argument("--out", help="write the merged document here (several JSONs)")
     ap.add_argument("--md", required=True)
     ap.add_argument("--png", required=True)
     args = ap.parse_args()
-    with open(args.json) as f:
-        write(json.load(f), args.md, args.png)
+    docs = []
+    for path in args.json:
+        with open(path) as f:
+            docs.append(json.load(f))
+    if len(docs) > 1 and not args.out:
+        ap.error("several JSONs need --out for the merged document")
+    doc = merge(docs) if len(docs) > 1 else docs[0]
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+    write(doc, args.md, args.png)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@
 #   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
-#                DECODE_TESTS=0 skips the tree's decode tests and sanitizers)
+#                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
+#                DECODE_ROW_PROCESSES=1 runs each decode bench row in its own process)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -139,6 +140,25 @@ if [ "$STAGES" = decode ] && [ "${DECODE_TESTS:-1}" = 1 ]; then
 fi
 if [ "$STAGES" = decode ] && [ "${AB_ONLY:-0}" = 1 ]; then
   say "AB_ONLY=1: no side-by-side bench on the tree"
+elif [ "$STAGES" = decode ] && [ "${DECODE_ROW_PROCESSES:-0}" = 1 ]; then
+  # One process per row, the GPU idle DECODE_COOLDOWN s before each, the
+  # rows' documents merged into one report: no row inherits what an earlier
+  # row left in the process (the MLA row measured 1.7 us slower right after
+  # row 14 in one process, even after a 20 s cooldown: bench/NOTES.md, session 9).
+  mkdir -p "$OUT/bench/rows"
+  jsons=()
+  rows=${DECODE_ROWS:-15,3,10}
+  for r in ${rows//,/ }; do
+    sleep "${DECODE_COOLDOWN:-5}"
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
+      python3 -X faulthandler bench/decode_bench.py --rows "$r" --profile \
+      --out "$OUT/bench/rows/$r.json" --md "$OUT/bench/rows/$r.md" --png "$OUT/bench/rows/$r.png" \
+      >>"$OUT/bench-decode.log" 2>&1 && jsons+=("$OUT/bench/rows/$r.json") || say "decode bench row $r: failed"
+  done
+  python3 bench/decode_report.py "${jsons[@]}" --out "$OUT/bench/h200-decode.json" \
+    --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" >/dev/null 2>>"$OUT/bench-decode.log"
+  say "decode bench (one process per row): rc=$? ${#jsons[@]} rows"
+  grep -E 'kernel|us' "$OUT/bench-decode.log" | tail -20
 elif [ "$STAGES" = decode ]; then
   mkdir -p "$OUT/bench"
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
