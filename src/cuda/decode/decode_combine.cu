@@ -173,9 +173,7 @@ void launch_combine_vec(const DecodeParams& p, cudaStream_t stream) {
 
 template <typename T>
 void launch_decode_combine(const DecodeParams& p, cudaStream_t stream) {
-  const bool vec4 = p.head_dim_v % 4 == 0 && p.dv_ws % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
-  if (vec4)
+  if (decode_kernel::partial_float4(p))
     launch_combine_vec<T, 4>(p, stream);
   else
     launch_combine_vec<T, 1>(p, stream);

@@ -129,6 +129,13 @@ __device__ __forceinline__ int64_t first_partial_row(const DecodeParams& p, cons
          (int64_t(b.batch) * p.heads_q + int64_t(b.kv_head) * p.kv_group_size) * p.len_q + b.row0;
 }
 
+// Whether the split partials take 16-byte vectors: rows of a multiple of 4
+// floats (dv_ws == head_dim_v) from a 16-byte aligned workspace. The split
+// kernels' stores and the combine's loads decide alike.
+__host__ __device__ __forceinline__ bool partial_float4(const DecodeParams& p) {
+  return p.dv_ws % 4 == 0 && reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+}
+
 // Keys [begin, end) row r sees ((0, 0) past the real rows), and the offset
 // of its row of the array mask.
 __device__ __forceinline__ int2 row_keys(const DecodeParams& p, const DecodeBlock& b, int r) {
@@ -226,8 +233,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
   }
   __syncthreads();
   constexpr int kVectors = DV / 4;
-  const bool partial_vectors =
-      p.dv_ws % 4 == 0 && reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
+  const bool partial_vectors = partial_float4(p);
   for (int idx = threadIdx.x; idx < b.rows_here * kVectors; idx += blockDim.x) {
     const int r = idx / kVectors, d = idx % kVectors * 4;
     if (d >= p.head_dim_v) continue;
