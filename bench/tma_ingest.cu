@@ -16,13 +16,15 @@
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a
 //     -cudart static -Isrc -Iinclude bench/tma_ingest.cu src/cuda/common/tma.cu
 //     -o .devbuild/micro/tma_ingest
-// and run it on the GPU machine (carry .devbuild/micro).
+// and run it on the GPU machine (carry .devbuild/micro); an argument sets the
+// number of blocks (default 128).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "cuda/common/copy.cuh"
@@ -105,7 +107,14 @@ void check(cudaError_t status, const char* what) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // Blocks streaming at once (default 128, as in the kernel): fewer tell
+  // whether the intake is bound per SM (the same B/clk a block) or in total.
+  const int blocks = argc > 1 ? std::atoi(argv[1]) : kBlocks;
+  if (blocks < 1 || blocks > kBlocks) {
+    std::fprintf(stderr, "blocks: 1..%d\n", kBlocks);
+    return 1;
+  }
   constexpr int64_t kRows = 65536;
   void* k = nullptr;
   void* flush = nullptr;
@@ -115,7 +124,7 @@ int main() {
   check(cudaMalloc(&k, kRows * kColumns * 2), "cudaMalloc k");
   check(cudaMemset(k, 0, kRows * kColumns * 2), "cudaMemset k");
   check(cudaMalloc(&flush, kFlushBytes), "cudaMalloc flush");
-  check(cudaMalloc(&block_clocks, sizeof(long long) * kBlocks), "cudaMalloc clocks");
+  check(cudaMalloc(&block_clocks, sizeof(long long) * blocks), "cudaMalloc clocks");
   check(cudaMalloc(&sink, sizeof(uint32_t) * kThreads), "cudaMalloc sink");
   const int64_t strides[3] = {0, 0, kColumns};
   const TileMap map = make_swizzle128_map(k, 1, 1, kRows, kColumns, strides, kTileKeys);
@@ -129,27 +138,27 @@ int main() {
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "smem attribute");
     std::vector<float> times;
-    std::vector<long long> clocks(kBlocks);
+    std::vector<long long> clocks(blocks);
     for (int rep = 0; rep < 21; ++rep) {
       cudaMemsetAsync(flush, rep, kFlushBytes);
       cudaEventRecord(begin);
-      kernel<<<kBlocks, kThreads, smem>>>(map, paired, block_clocks, sink);
+      kernel<<<blocks, kThreads, smem>>>(map, paired, block_clocks, sink);
       cudaEventRecord(end);
       check(cudaEventSynchronize(end), "kernel");
       float ms = 0.f;
       cudaEventElapsedTime(&ms, begin, end);
       if (rep > 0) times.push_back(ms * 1000.f);
     }
-    check(cudaMemcpy(clocks.data(), block_clocks, sizeof(long long) * kBlocks,
-                     cudaMemcpyDeviceToHost),
-          "clocks");
+    check(
+        cudaMemcpy(clocks.data(), block_clocks, sizeof(long long) * blocks, cudaMemcpyDeviceToHost),
+        "clocks");
     std::sort(times.begin(), times.end());
     std::sort(clocks.begin(), clocks.end());
     const double us = times[times.size() / 2];
     const double block_bytes = double(kKeysPerBlock) * kColumns * 2;
-    const double median_clk = double(clocks[kBlocks / 2]);
+    const double median_clk = double(clocks[blocks / 2]);
     std::printf("%-7s %-6d %10.1f %12.2f %8.1f-%-5.1f %12.1f\n", paired ? "paired" : "unique",
-                stages, us, block_bytes * kBlocks / us * 1e-6, clocks.front() / 1e3,
+                stages, us, block_bytes * blocks / us * 1e-6, clocks.front() / 1e3,
                 clocks.back() / 1e3, block_bytes / median_clk);
   };
   for (int paired : {1, 0}) {
