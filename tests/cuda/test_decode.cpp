@@ -423,6 +423,7 @@ TEST(Decode, MlaRowsPerKvHead) {
   run_case(c);
 }
 
+// Lq 4 takes Q by TMA, Lq 3 and 9 (no box of 64 rows) by cp.async.
 TEST(Decode, MlaSemantics) {
   for (MaskCase mask : {MaskCase::AdditiveF32, MaskCase::BooleanFullyMaskedRow}) {
     Case c = mla_case();
@@ -450,8 +451,9 @@ TEST(Decode, MlaSemantics) {
   run_case(c);
 }
 
-// Batches and several latent heads: the TMA map's batch and head
-// coordinates, and the packed rows of each kv group.
+// Batches and several latent heads: the TMA maps' batch and head
+// coordinates (K's, and Q's boxes of 64 / Lq heads, BSHD too), and the
+// packed rows of each kv group.
 TEST(Decode, MlaBatchesAndHeads) {
   Case c = mla_case();
   c.batch = 2;

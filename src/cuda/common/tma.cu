@@ -31,7 +31,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 }  // namespace
 
 TileMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int64_t rows,
-                            int64_t cols, const int64_t (&strides)[3], int box_rows) {
+                            int64_t cols, const int64_t (&strides)[3], int box_rows,
+                            int box_heads) {
   constexpr int64_t kElement = 2;
   const bool batch_broadcast = batch > 1 && strides[0] == 0;
   const bool head_broadcast = heads > 1 && strides[1] == 0;
@@ -48,7 +49,8 @@ TileMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int6
   const cuuint64_t byte_strides[3] = {stride_bytes(rows, strides[2]),
                                       stride_bytes(heads, strides[1]),
                                       stride_bytes(batch, strides[0])};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(box_heads), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   TileMap tile{{}, head_broadcast ? 0 : 1, batch_broadcast ? 0 : 1};
   const CUresult status = encoder()(

@@ -14,7 +14,8 @@ namespace fsdpa::detail::cuda {
 // f16: the copy engine moves bytes; zero bits are zero in both) whose last
 // dimension has stride 1 (element strides of batch, head and row in
 // `strides`, each a multiple of 8 elements, the base 16-byte aligned), read
-// in boxes of 64 columns x box_rows rows, 128-byte swizzled; reads past
+// in boxes of 64 columns x box_rows rows (x box_heads heads: the box's rows
+// are then the heads' rows one after the other), 128-byte swizzled; reads past
 // `rows` or `cols` land as zeros. A batch or head dimension broadcast with
 // stride 0 is mapped with extent 1: multiply its coordinate by
 // batch_step / head_step (0 there, else 1). Throws DeviceError when the
@@ -25,6 +26,7 @@ struct TileMap {
   int batch_step;
 };
 TileMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int64_t rows,
-                            int64_t cols, const int64_t (&strides)[3], int box_rows);
+                            int64_t cols, const int64_t (&strides)[3], int box_rows,
+                            int box_heads = 1);
 
 }  // namespace fsdpa::detail::cuda

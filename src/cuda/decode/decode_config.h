@@ -261,13 +261,13 @@ inline constexpr int kMlaThreads = 256;  // two warpgroups
 // Shared memory: Q (64 rows) and the K stages (32 rows each), 576 columns in
 // 64-column panels of 128-byte rows; P of a tile as warpgroup 0's register
 // fragments (k-steps x 4 registers x 128 threads), its rescale factors (one
-// float2 a thread), mbarriers (per stage: full, free; P written, P read);
+// float2 a thread), mbarriers (per stage: full, free; P written, P read; Q in);
 // plus 1 KB to align the panels to 1024 bytes.
 inline constexpr size_t kMlaQBytes = size_t{kMlaRows} * kMlaHeadDimQk * 2;
 inline constexpr size_t kMlaKTileBytes = size_t{kMlaTileK} * kMlaHeadDimQk * 2;
 inline constexpr size_t kMlaPBytes = size_t{kMlaTileK / 16} * 4 * 128 * 4;
 inline constexpr size_t kMlaCorrectionBytes = size_t{128} * 8;
-inline constexpr size_t kMlaBarrierBytes = (2 * kMlaStages + 2) * 8;
+inline constexpr size_t kMlaBarrierBytes = (2 * kMlaStages + 3) * 8;
 inline constexpr size_t kMlaSharedBytes = 1024 + kMlaQBytes + kMlaStages * kMlaKTileBytes +
                                           kMlaPBytes + kMlaCorrectionBytes + kMlaBarrierBytes;
 static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");

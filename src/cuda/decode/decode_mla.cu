@@ -4,7 +4,8 @@
 // and 128 of 512, so the shape is compute-bound and wants warpgroup MMAs.
 //
 // One block owns 64 packed query rows (one wgmma M) and one key split of one
-// (batch, kv head). Q stays in shared memory; K tiles of 32 keys x 576
+// (batch, kv head). Q stays in shared memory (in by TMA where a box of the
+// tensor is the block's rows, else by cp.async); K tiles of 32 keys x 576
 // columns arrive through TMA (128-byte swizzle, four stages, issued by one
 // thread of warpgroup 1). Per tile:
 //   warpgroup 0: S = Q K^T (36 k-steps, both operands in shared memory), the
@@ -74,11 +75,11 @@ constexpr int kKSteps = kMlaTileK / 16;    // k-steps of P V
 constexpr int kHalfDv = kMlaHeadDimV / 2;  // output columns per warpgroup
 constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
 
-// Starts copying the block's 64 packed Q rows into the swizzled panels at
-// shared address `q` (cp.async, one commit group; the caller waits and then
-// fences for the async proxy). Rows past the block's and columns past Dqk
-// are zero-filled. Four threads share a row, so each finds its row's source
-// once (packed_row divides) and then copies every fourth 16-byte chunk.
+// Where no TMA box of q is the block's rows (64 % Lq != 0, or the heads
+// broadcast; see launch_mla): starts copying the block's 64 packed Q rows into the swizzled panels
+// at shared address `q` (cp.async, one commit group; the caller waits and then fences for the async
+// proxy). Rows past the block's and columns past Dqk are zero-filled. Four threads share a row, so
+// each finds its row's source once (packed_row divides) and then copies every fourth 16-byte chunk.
 template <typename T>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
                                        uint32_t q) {
@@ -259,7 +260,8 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
 
 template <typename T>
 __global__ void __launch_bounds__(kMlaThreads, 1)
-    decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map) {
+    decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
+                      const __grid_constant__ TileMap q_map, int q_by_tma) {
 #if FSDPA_WGMMA_ARCH
   using namespace decode_kernel;
   using prefill_impl::p_fragment;
@@ -276,11 +278,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   float2* const correction_s = reinterpret_cast<float2*>(q_ptr + kPOffset + kMlaPBytes);
   // Barriers: K stage full (one arrival + the copy's bytes), K stage free
   // (all 256 threads, once their P V of the stage's tile completed), P
-  // written (warpgroup 0's 128 threads), P read (warpgroup 1's).
+  // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
+  // arrival + Q's bytes, when Q comes by TMA).
   const uint32_t barriers = shared_address(correction_s + 128);
   auto full = [&](int tile) { return barriers + 8 * (tile % kMlaStages); };
   auto stage_free = [&](int tile) { return barriers + 8 * (kMlaStages + tile % kMlaStages); };
   const uint32_t p_written = barriers + 16 * kMlaStages, p_read = p_written + 8;
+  const uint32_t q_full = p_read + 8;
   // Phase parity of a stage barrier for tile t (its (t / stages)-th use),
   // and of the P barriers for tile t (their t-th use).
   auto parity = [](int tile) { return static_cast<uint32_t>(tile / kMlaStages % 2); };
@@ -326,17 +330,30 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     }
     barrier_init(p_written, 128);
     barrier_init(p_read, 128);
+    barrier_init(q_full);
     barrier_init_fence();
+    if (q_by_tma) barrier_expect_bytes(q_full, kMlaQBytes);
   }
   wait_for_previous_kernel();  // global memory from here on
   // Tile 0 and Q first, the other tiles once Q is in: issued together, the
   // first tiles of all blocks (18.9 MB) held Q's reads back (Q in 4.2 ->
-  // 3.0 us after the block's start: bench/NOTES.md, session 7).
+  // 3.0 us after the block's start: bench/NOTES.md, session 7). Q by TMA
+  // instead of cp.async took 1 us off a call (MLA 31.1 -> 30.1 us, session 10).
   if (issuer && num_tiles > 0) load_tile(0);
-  load_q<T>(p, blk, shared_q);
-  cp_async_wait<0>();
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
-  __syncthreads();  // Q in place, barriers initialized
+  if (!q_by_tma) {
+    load_q<T>(p, blk, shared_q);
+    cp_async_wait<0>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
+  } else if (issuer) {
+    // The box of 64 / Lq heads x Lq query rows is the block's 64 packed rows
+    // (rows past them: other heads' rows or zeros, never stored).
+    const int head = (blk.kv_head * p.kv_group_size + blk.row0 / p.len_q) * q_map.head_step;
+    for (int panel = 0; panel < kPanels; ++panel)
+      tma_load_4d(shared_q + panel * kQPanelBytes, &q_map.map, q_full, panel * 64, 0, head,
+                  blk.batch * q_map.batch_step);
+  }
+  __syncthreads();  // barriers initialized (and Q in place by cp.async)
+  if (q_by_tma) barrier_wait(q_full, 0);
   if (issuer)
     for (int tile = 1; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
 
@@ -511,9 +528,21 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   // partials are staged: the combine then reads half the partials (MLA 32.1
   // -> 30.9 us a call, bench/NOTES.md, session 9).
   const bool pairs = p.num_splits % 2 == 0 && staged_partials(p);
+  // Q by TMA where a box of 64 / Lq heads x Lq rows is a block's 64 packed
+  // rows, and the heads are not broadcast (stride 0: the map would hold one
+  // head). Else by cp.async (load_q). Read by TMA once for both blocks of a
+  // split pair (multicast, the pair shares its row chunk), the call was 0.5 us
+  // slower than with each block reading its own (bench/NOTES.md, session 10).
+  const bool q_by_tma = kMlaRows % p.len_q == 0 && (p.heads_q == 1 || p.q_strides.head != 0);
+  TileMap q_map{};
+  if (q_by_tma) {
+    const int64_t q_strides[3] = {p.q_strides.batch, p.q_strides.head, p.q_strides.row};
+    q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
+                                kMlaRows / p.len_q);
+  }
   launch_programmatic_clusters(decode_mla_kernel<T>, dim3(static_cast<unsigned>(blocks)),
                                pairs ? 2 : 1, kMlaThreads, kMlaSharedBytes, stream,
-                               "decode_mla_kernel", p, k_map);
+                               "decode_mla_kernel", p, k_map, q_map, q_by_tma ? 1 : 0);
   if (p.num_splits > 1) {
     DecodeParams merged = p;
     if (pairs) merged.num_splits /= 2;
