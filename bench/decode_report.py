@@ -61,8 +61,9 @@ def table(doc):
               ""]
     if isinstance(doc["command"], list):  # merged: one process per row
         ceilings = ", ".join(f"{c:.2f}" for c in doc["copy_ceilings_tb_s"])
-        lines.append(f"One process per row (copy ceilings {ceilings} TB/s; the median above). Commands: "
-                     + "; ".join(f"`{c}`" for c in doc["command"]))
+        made_by = f" Made by `{doc['made_by']}`." if doc.get("made_by") else ""
+        lines.append(f"One process per row (copy ceilings {ceilings} TB/s; the median above).{made_by} "
+                     "Commands: " + "; ".join(f"`{c}`" for c in doc["command"]))
     else:
         lines.append(f"Command: `{doc['command']}`")
     return "\n".join(lines) + "\n"
@@ -104,8 +105,9 @@ def write(doc, md_path, png_path):
     plot(doc, png_path)
 
 
-def merge(docs):
-    """One document of the rows of `docs`, shares against their median ceiling."""
+def merge(docs, made_by=None):
+    """One document of the rows of `docs`, shares against their median ceiling;
+    `made_by`: the command that ran the processes."""
     ceilings = sorted(d["copy_ceiling_tb_s"] for d in docs)
     ceiling = ceilings[len(ceilings) // 2]
     rows = [r for d in docs for r in d["rows"]]
@@ -114,7 +116,7 @@ def merge(docs):
             if isinstance(x, dict) and "tb_s" in x and "ceiling_fraction" in x:
                 x["ceiling_fraction"] = x["tb_s"] / ceiling
     return {**docs[0], "copy_ceiling_tb_s": ceiling, "copy_ceilings_tb_s": ceilings,
-            "command": [d["command"] for d in docs], "rows": rows}
+            "command": [d["command"] for d in docs], "made_by": made_by, "rows": rows}
 
 
 def main():
@@ -123,6 +125,7 @@ def main():
     ap.add_argument("--out", help="write the merged document here (several JSONs)")
     ap.add_argument("--md", required=True)
     ap.add_argument("--png", required=True)
+    ap.add_argument("--made-by", help="the command that ran the processes (merged documents)")
     args = ap.parse_args()
     docs = []
     for path in args.json:
@@ -130,7 +133,7 @@ def main():
             docs.append(json.load(f))
     if len(docs) > 1 and not args.out:
         ap.error("several JSONs need --out for the merged document")
-    doc = merge(docs) if len(docs) > 1 else docs[0]
+    doc = merge(docs, args.made_by) if len(docs) > 1 else docs[0]
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)

@@ -156,7 +156,9 @@ elif [ "$STAGES" = decode ] && [ "${DECODE_ROW_PROCESSES:-0}" = 1 ]; then
       >>"$OUT/bench-decode.log" 2>&1 && jsons+=("$OUT/bench/rows/$r.json") || say "decode bench row $r: failed"
   done
   python3 bench/decode_report.py "${jsons[@]}" --out "$OUT/bench/h200-decode.json" \
-    --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" >/dev/null 2>>"$OUT/bench-decode.log"
+    --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
+    --made-by "FSDPA_HEAD_DIMS=$HEAD_DIMS DECODE_ROW_PROCESSES=1 DECODE_ROWS=$rows DECODE_COOLDOWN=${DECODE_COOLDOWN:-5} bash bench/device.sh decode" \
+    >/dev/null 2>>"$OUT/bench-decode.log"
   say "decode bench (one process per row): rc=$? ${#jsons[@]} rows"
   grep -E 'kernel|us' "$OUT/bench-decode.log" | tail -20
 elif [ "$STAGES" = decode ]; then
