@@ -76,10 +76,12 @@ constexpr int kHalfDv = kMlaHeadDimV / 2;  // output columns per warpgroup
 constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
 
 // Where no TMA box of q is the block's rows (64 % Lq != 0, or the heads
-// broadcast; see launch_mla): starts copying the block's 64 packed Q rows into the swizzled panels
-// at shared address `q` (cp.async, one commit group; the caller waits and then fences for the async
-// proxy). Rows past the block's and columns past Dqk are zero-filled. Four threads share a row, so
-// each finds its row's source once (packed_row divides) and then copies every fourth 16-byte chunk.
+// broadcast; see launch_mla): starts copying the block's 64 packed Q rows
+// into the swizzled panels at shared address `q` (cp.async, one commit
+// group; the caller waits and then fences for the async proxy). Rows past
+// the block's and columns past Dqk are zero-filled. Four threads share a
+// row, so each finds its row's source once (packed_row divides) and then
+// copies every fourth 16-byte chunk.
 template <typename T>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
                                        uint32_t q) {
