@@ -216,7 +216,12 @@ def main():
                     help="seconds of idle GPU before each row after the first")
     ap.add_argument("--kv-gap", type=int, default=None,
                     help="carve K and V from one allocation, V this many bytes (a multiple of 16) after K")
+    ap.add_argument("--row-indices", action="store_true",
+                    help="print every row's index, comma-separated, and exit (bench/device.sh)")
     args = ap.parse_args()
+    if args.row_indices:
+        print(",".join(str(i) for i in range(len(ROWS))))
+        return
     rows = [ROWS[int(i)] for i in args.rows.split(",")] if args.rows else ROWS
     props = torch.cuda.get_device_properties(0)
     ceiling = copy_ceiling_tbs()

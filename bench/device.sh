@@ -12,7 +12,8 @@
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
-#                DECODE_ROW_PROCESSES=1 runs each decode bench row in its own process)
+#                DECODE_ROW_PROCESSES=1 runs each decode bench row in its own process,
+#                as `all` and `bench` always do for the decode table)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -34,6 +35,29 @@ DEADLINE=$(($(date +%s) + ${BUDGET_S:-540} - 15))
 limit() {
   local left=$((DEADLINE - $(date +%s)))
   [ "$left" -lt "$1" ] && echo $((left > 1 ? left : 1)) || echo "$1"
+}
+
+# The decode table with each row (indices $1, comma-separated) in its own
+# decode_bench.py process, the GPU idle DECODE_COOLDOWN s before each, the
+# rows' documents merged into $OUT/bench/h200-decode.*: no row inherits what
+# an earlier row left in the process (the MLA row measured 0.7-1.7 us slower
+# right after row 14 in one process, even after a 20 s cooldown:
+# bench/NOTES.md, sessions 9-10).
+decode_table_by_rows() {
+  local rows=$1 r jsons=()
+  mkdir -p "$OUT/bench/rows"
+  for r in ${rows//,/ }; do
+    sleep "${DECODE_COOLDOWN:-5}"
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
+      python3 -X faulthandler bench/decode_bench.py --rows "$r" --profile \
+      --out "$OUT/bench/rows/$r.json" --md "$OUT/bench/rows/$r.md" --png "$OUT/bench/rows/$r.png" \
+      >>"$OUT/bench-decode.log" 2>&1 && jsons+=("$OUT/bench/rows/$r.json") || say "decode bench row $r: failed"
+  done
+  python3 bench/decode_report.py "${jsons[@]}" --out "$OUT/bench/h200-decode.json" \
+    --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
+    --made-by "FSDPA_HEAD_DIMS=$HEAD_DIMS DECODE_ROW_PROCESSES=1 DECODE_ROWS=$rows DECODE_COOLDOWN=${DECODE_COOLDOWN:-5} bash bench/device.sh $STAGES" \
+    >/dev/null 2>>"$OUT/bench-decode.log"
+  say "decode bench (one process per row): rc=$? ${#jsons[@]} rows"
 }
 
 export PATH=/usr/local/cuda/bin:$PATH
@@ -141,25 +165,7 @@ fi
 if [ "$STAGES" = decode ] && [ "${AB_ONLY:-0}" = 1 ]; then
   say "AB_ONLY=1: no side-by-side bench on the tree"
 elif [ "$STAGES" = decode ] && [ "${DECODE_ROW_PROCESSES:-0}" = 1 ]; then
-  # One process per row, the GPU idle DECODE_COOLDOWN s before each, the
-  # rows' documents merged into one report: no row inherits what an earlier
-  # row left in the process (the MLA row measured 1.7 us slower right after
-  # row 14 in one process, even after a 20 s cooldown: bench/NOTES.md, session 9).
-  mkdir -p "$OUT/bench/rows"
-  jsons=()
-  rows=${DECODE_ROWS:-15,3,10}
-  for r in ${rows//,/ }; do
-    sleep "${DECODE_COOLDOWN:-5}"
-    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${DECODE_BENCH_TIMEOUT:-90})" \
-      python3 -X faulthandler bench/decode_bench.py --rows "$r" --profile \
-      --out "$OUT/bench/rows/$r.json" --md "$OUT/bench/rows/$r.md" --png "$OUT/bench/rows/$r.png" \
-      >>"$OUT/bench-decode.log" 2>&1 && jsons+=("$OUT/bench/rows/$r.json") || say "decode bench row $r: failed"
-  done
-  python3 bench/decode_report.py "${jsons[@]}" --out "$OUT/bench/h200-decode.json" \
-    --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
-    --made-by "FSDPA_HEAD_DIMS=$HEAD_DIMS DECODE_ROW_PROCESSES=1 DECODE_ROWS=$rows DECODE_COOLDOWN=${DECODE_COOLDOWN:-5} bash bench/device.sh decode" \
-    >/dev/null 2>>"$OUT/bench-decode.log"
-  say "decode bench (one process per row): rc=$? ${#jsons[@]} rows"
+  decode_table_by_rows "${DECODE_ROWS:-15,3,10}"
   grep -E 'kernel|us' "$OUT/bench-decode.log" | tail -20
 elif [ "$STAGES" = decode ]; then
   mkdir -p "$OUT/bench"
@@ -261,11 +267,8 @@ if [ "$STAGES" = all ] || [ "$STAGES" = bench ] || [ "$STAGES" = route ]; then
       >"$OUT/bench-prefill.log" 2>&1
     say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
     t0=$(date +%s)
-    timeout "$(limit ${DECODE_BENCH_TIMEOUT:-150})" python3 -X faulthandler bench/decode_bench.py \
-      --cooldown "${DECODE_COOLDOWN:-5}" \
-      --out "$OUT/bench/h200-decode.json" --md "$OUT/bench/h200-decode.md" --png "$OUT/bench/h200-decode.png" \
-      >"$OUT/bench-decode.log" 2>&1
-    say "decode bench: rc=$? $(($(date +%s) - t0)) s"
+    decode_table_by_rows "${DECODE_ROWS:-$(python3 bench/decode_bench.py --row-indices)}"
+    say "decode bench: $(($(date +%s) - t0)) s"
   fi
   # Decode vs prefill per Lq (the decode limit kDecodeMaxLenQ). route_bench is a
   # bench target, which the build above leaves out: configure it in, build it here.

@@ -522,9 +522,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 
 template <typename T>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
-  const int64_t strides[3] = {p.k_strides.batch, p.k_strides.head, p.k_strides.row};
+  const int64_t k_strides[3] = {p.k_strides.batch, p.k_strides.head, p.k_strides.row};
   const TileMap k_map =
-      make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, strides, kMlaTileK);
+      make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides, kMlaTileK);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
   // Split pairs merge in two-block clusters where the splits pair up and the
   // partials are staged: the combine then reads half the partials (MLA 32.1
