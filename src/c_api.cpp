@@ -35,7 +35,7 @@ static_assert(FSDPA_MASK_BOOLEAN == static_cast<int>(fsdpa::MaskKind::Boolean));
 static_assert(FSDPA_MAX_RANK == fsdpa::kMaxRank);
 // The layouts the header promises (and the Python wrapper mirrors).
 static_assert(sizeof(fsdpa_tensor) == 88);
-static_assert(sizeof(fsdpa_options) == 40);
+static_assert(sizeof(fsdpa_options) == 48);
 static_assert(sizeof(fsdpa_tensors) == 376);
 static_assert(sizeof(fsdpa_plan_info) == 1312);
 
@@ -146,6 +146,7 @@ fsdpa::Options to_options(const fsdpa_options* o) {
   if (o->policy != FSDPA_POLICY_DEFAULT)
     options.policy = to_enum<fsdpa::Policy>(o->policy, "policy: unknown");
   options.allow_tf32 = o->allow_tf32 != 0;
+  options.softcap = o->softcap;
   return options;
 }
 

@@ -680,6 +680,11 @@ std::string CaseSpec::feature_label() const {
   auto add = [&](const std::string& f) { s += (s.empty() ? "" : " ") + f; };
   if (options.causal) add(options.causal_align == CausalAlign::TopLeft ? "causal-tl" : "causal");
   if (options.window_left) add("w" + std::to_string(*options.window_left));
+  if (options.softcap > 0.0) {
+    std::ostringstream cap;
+    cap << "cap" << options.softcap;
+    add(cap.str());
+  }
   if (mask == MaskKind::Additive) add("mask+");
   if (mask == MaskKind::Boolean) add("mask01");
   if (sinks) add("sinks");

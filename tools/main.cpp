@@ -66,6 +66,8 @@ SHAPE (defaults in brackets; --preset fills heads, head dims and features):
   --pad-rows                     rows of q, k, v, out start every 16 bytes (D rounded
                                  up, as fused GPU kernels need) [contiguous rows]
   --scale X                      softmax scale [1/sqrt(Dqk)]
+  --softcap C                    logit soft cap: s = C * tanh(s / C) before masks [none;
+                                 a preset's own cap, e.g. gemma2-9b's 50]
   --tf32                         allow TF32 tensor cores for f32 on the GPU
   --policy auto|fused|unfused    [FSDPA_POLICY, else auto]
   --device auto|cpu|cuda         auto: CUDA when built, present and working, else CPU
@@ -101,16 +103,17 @@ std::string usage() {
 // ------------------------------------------------------------ flags
 
 constexpr FlagSpec kShapeFlags[] = {
-    {"--preset", Arity::Value}, {"--batch", Arity::Value},
-    {"--hq", Arity::Value},     {"--hkv", Arity::Value},
-    {"--lq", Arity::Value},     {"--lk", Arity::Value},
-    {"--dqk", Arity::Value},    {"--dv", Arity::Value},
-    {"--dtype", Arity::Value},  {"--causal", Arity::OptionalValue},
-    {"--window", Arity::Value}, {"--mask", Arity::Value},
-    {"--sinks", Arity::Switch}, {"--lse", Arity::Switch},
-    {"--mla", Arity::Switch},   {"--scale", Arity::Value},
-    {"--tf32", Arity::Switch},  {"--policy", Arity::Value},
-    {"--device", Arity::Value}, {"--pad-rows", Arity::Switch},
+    {"--preset", Arity::Value},    {"--batch", Arity::Value},
+    {"--hq", Arity::Value},        {"--hkv", Arity::Value},
+    {"--lq", Arity::Value},        {"--lk", Arity::Value},
+    {"--dqk", Arity::Value},       {"--dv", Arity::Value},
+    {"--dtype", Arity::Value},     {"--causal", Arity::OptionalValue},
+    {"--window", Arity::Value},    {"--mask", Arity::Value},
+    {"--sinks", Arity::Switch},    {"--lse", Arity::Switch},
+    {"--mla", Arity::Switch},      {"--scale", Arity::Value},
+    {"--tf32", Arity::Switch},     {"--policy", Arity::Value},
+    {"--softcap", Arity::Value},   {"--device", Arity::Value},
+    {"--pad-rows", Arity::Switch},
 };
 
 std::vector<FlagSpec> with_shape_flags(std::initializer_list<FlagSpec> extra) {
@@ -152,6 +155,7 @@ CaseSpec case_from_preset(const Preset& p) {
   c.head_dim_v = p.head_dim_v;
   c.options.causal = p.causal;
   if (p.window_left >= 0) c.options.window_left = p.window_left;
+  c.options.softcap = p.softcap;
   c.sinks = p.sinks;
   c.v_aliases_k = p.v_aliases_k;
   return c;
@@ -196,6 +200,7 @@ CaseSpec shape_from_args(const Args& a, const Preset* preset = nullptr) {
                      std::to_string(c.head_dim_qk) + " Dv=" + std::to_string(c.head_dim_v));
   c.options.scale = a.optional_real("--scale");
   c.options.allow_tf32 = a.has("--tf32");
+  if (std::optional<double> cap = a.optional_real("--softcap")) c.options.softcap = *cap;
   constexpr std::string_view kPolicies[] = {"auto", "fused", "unfused"};
   if (a.has("--policy")) {
     const std::string policy = a.choice("--policy", "auto", kPolicies);

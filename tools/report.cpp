@@ -130,6 +130,7 @@ std::string case_json(const CaseSpec& c, const CaseResult& r) {
                                                         : "bottom-right")
                                       : "false")
       .add("window_left", c.options.window_left ? json_int(*c.options.window_left) : "null")
+      .add("softcap", json_number(c.options.softcap))
       .add("mask", json_string(c.mask == MaskKind::None       ? "none"
                                : c.mask == MaskKind::Additive ? "additive"
                                                               : "boolean"))

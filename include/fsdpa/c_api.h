@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct layout or a function signature changes. */
-#define FSDPA_ABI_VERSION 1
+#define FSDPA_ABI_VERSION 2
 
 /* ------------------------------------------------------------ status */
 
@@ -84,7 +84,7 @@ typedef struct fsdpa_tensor {
 } fsdpa_tensor;
 
 /* fsdpa::Options. Start from fsdpa_options_init() or FSDPA_OPTIONS_INIT: an
- * all-zero struct means policy auto (ignoring FSDPA_POLICY). 40 bytes. */
+ * all-zero struct means policy auto (ignoring FSDPA_POLICY). 48 bytes. */
 typedef struct fsdpa_options {
   int32_t has_scale; /* else scale = 1/sqrt(Dqk) */
   int32_t causal;
@@ -94,10 +94,11 @@ typedef struct fsdpa_options {
   int64_t window_left; /* >= 0 when has_window */
   int32_t policy;      /* FSDPA_POLICY_* */
   int32_t allow_tf32;
+  double softcap; /* > 0: s = softcap * tanh(s / softcap) before masks; 0: none */
 } fsdpa_options;
 
 #define FSDPA_OPTIONS_INIT \
-  { 0, 0, 0.0, FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT, 0, 0, FSDPA_POLICY_DEFAULT, 0 }
+  { 0, 0, 0.0, FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT, 0, 0, FSDPA_POLICY_DEFAULT, 0, 0.0 }
 
 /* The tensors of one call (fsdpa::Tensors). out and *lse are written. The
  * optional ones are absent when their pointer is NULL. 376 bytes. */

@@ -8,7 +8,8 @@
 //   mask [B|1, Hq|1, Lq, Lk] additive (f16/bf16/f32) or boolean (true = keep)
 //   sinks [Hq] float32
 //
-// out_i = sum_j softmax_j(scale * q_i . k_j + mask_ij) v_j, with causal and
+// out_i = sum_j softmax_j(cap(scale * q_i . k_j) + mask_ij) v_j (cap: the optional
+// soft cap c * tanh(x / c)), with causal and
 // sliding-window masking, sinks in the denominator, fully masked rows = 0.
 #pragma once
 
@@ -103,6 +104,9 @@ struct Options {
   std::optional<Policy> policy;
   // f32 inputs on the GPU may use TF32 tensor cores (~1e-3 relative error).
   bool allow_tf32 = false;
+  // Logit soft cap (Gemma 2): when > 0, s = softcap * tanh(s / softcap) after
+  // the scale, before masks. 0: none. Must be finite and >= 0.
+  double softcap = 0.0;
 };
 
 // The tensors of one call. out and lse are written; everything else is read.

@@ -2,6 +2,7 @@
 
 import ctypes
 import dataclasses
+import numbers
 import operator
 
 from . import _arrays, _capi
@@ -22,7 +23,7 @@ _POLICY = {
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _options(scale, causal, causal_align, window_left, policy, allow_tf32):
+def _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap=None):
     o = _capi.Options()
     o.policy = _capi.POLICY_DEFAULT
     if scale is not None:
@@ -51,6 +52,10 @@ def _options(scale, causal, causal_align, window_left, policy, allow_tf32):
             f"fsdpa: policy: expected 'auto', 'fused', 'unfused' or None, got {policy!r}")
     o.policy = _POLICY[policy]
     o.allow_tf32 = 1 if allow_tf32 else 0
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+            raise InvalidArgument(f"fsdpa: softcap: expected a number, got {softcap!r}")
+        o.softcap = float(softcap)
     return o
 
 
@@ -91,20 +96,22 @@ class _Call:
 
 def attention(q, k, v, *, scale=None, causal=False, causal_align="bottom_right",
               window_left=None, mask=None, sinks=None, policy=None, allow_tf32=False,
-              return_lse=False, out=None):
+              softcap=None, return_lse=False, out=None):
     """Scaled-dot-product attention (DESIGN.md §1).
 
     q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv]: numpy arrays
     (float16, float32, ml_dtypes.bfloat16) or torch tensors (float16,
     bfloat16, float32; CPU, or CUDA on torch's current stream), any strides.
     mask: [B|1, Hq|1, Lq, Lk] (fewer dims broadcast), bool (True = keep) or
-    additive float. sinks: [Hq] float32. policy: "auto", "fused", "unfused"
-    or None (the FSDPA_POLICY environment variable, else auto).
+    additive float. sinks: [Hq] float32. softcap: a logit soft cap c > 0
+    (Gemma 2: s = c * tanh(s / c) after the scale, before masks); None or 0
+    for none. policy: "auto", "fused", "unfused" or None (the FSDPA_POLICY
+    environment variable, else auto).
 
     Returns out [B, Hq, Lq, Dv] (written into `out` when given), or
     (out, lse) with lse [B, Hq, Lq] float32 when return_lse.
     """
-    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
     call = _Call(q, k, v, mask, sinks, out, return_lse)
     lib = _capi.library()
     stream = _arrays.current_stream(call.q)
@@ -184,11 +191,12 @@ def _plan_info(lib, handle):
 
 
 def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
-         mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
+         mask=None, sinks=None, policy=None, allow_tf32=False, softcap=None, return_lse=False,
+         out=None):
     """The plan attention() would run with the same arguments, as a PlanInfo.
     Nothing is computed (out is allocated when not given, to plan for its
     layout)."""
-    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
     call = _Call(q, k, v, mask, sinks, out, return_lse)
     lib = _capi.library()
     handle = ctypes.c_void_p()
@@ -234,9 +242,10 @@ class Prepared:
 
 
 def prepare(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
-            mask=None, sinks=None, policy=None, allow_tf32=False, return_lse=False, out=None):
+            mask=None, sinks=None, policy=None, allow_tf32=False, softcap=None, return_lse=False,
+         out=None):
     """Plans once and returns a Prepared call (same arguments as attention())."""
-    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32)
+    options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
     return Prepared(_Call(q, k, v, mask, sinks, out, return_lse), options)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ._errors import LibraryNotFound, error_for_status
 
 # Must equal FSDPA_ABI_VERSION of the library (c_api.h).
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 # ------------------------------------------------------------------ constants
 
@@ -56,6 +56,7 @@ class Options(ctypes.Structure):
         ("window_left", ctypes.c_int64),
         ("policy", ctypes.c_int32),
         ("allow_tf32", ctypes.c_int32),
+        ("softcap", ctypes.c_double),
     ]
 
 
@@ -108,7 +109,7 @@ class PlanInfo(ctypes.Structure):
 
 
 # The sizes c_api.h states; a mismatch means this file and the header differ.
-STRUCT_SIZES = {Tensor: 88, Options: 40, Tensors: 376, PlanInfo: 1312}
+STRUCT_SIZES = {Tensor: 88, Options: 48, Tensors: 376, PlanInfo: 1312}
 
 # ------------------------------------------------------------------ loading
 

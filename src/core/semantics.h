@@ -1,8 +1,10 @@
-// The masking rules of DESIGN.md §1 that depend only on positions, in one
-// place for every CPU path (the reference and the fused path) to share.
+// The score rules of DESIGN.md §1 that need no tensor: the soft cap and the
+// masking that depends only on positions, in one place for every CPU path
+// (the reference and the fused path) to share.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "fsdpa/fsdpa.h"
@@ -15,6 +17,14 @@ struct KeyRange {
   int64_t begin = 0;
   int64_t end = 0;
 };
+
+// The soft cap (Options::softcap): c * tanh(x / c) for c > 0, x unchanged for
+// c = 0. Scores in the exp2 domain (x * log2 e) take the same form with the
+// cap c * log2 e, which is how the kernels that fold log2 e into the scale
+// apply it.
+inline double soft_cap(double score, double cap) {
+  return cap > 0.0 ? cap * std::tanh(score / cap) : score;
+}
 
 inline KeyRange visible_keys(const Options& options, int64_t len_q, int64_t len_k, int64_t row) {
   const int64_t diagonal =

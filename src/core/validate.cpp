@@ -182,6 +182,8 @@ bool blas_compatible(const TensorView& t, bool row_major_only) {
 void check_options(const Options& options) {
   if (options.scale && !(std::isfinite(*options.scale) && *options.scale > 0.0))
     throw_invalid("scale: expected a finite value > 0, got " + str(*options.scale));
+  if (!(std::isfinite(options.softcap) && options.softcap >= 0.0))
+    throw_invalid("softcap: expected a finite value >= 0 (0: none), got " + str(options.softcap));
   if (options.window_left && *options.window_left < 0)
     throw_invalid("window_left: expected >= 0, got " + std::to_string(*options.window_left));
   switch (options.causal_align) {

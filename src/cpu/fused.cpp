@@ -209,6 +209,7 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   }
   a.options = plan.options;
   a.scale_log2 = static_cast<float>(plan.scale * 1.44269504088896340736);
+  a.softcap_log2 = static_cast<float>(plan.options.softcap * 1.44269504088896340736);
 
   const size_t per_thread = fused_thread_bytes(a);
   const int threads = static_cast<int>(std::min<int64_t>(std::max(plan.num_threads, 1), units));

@@ -90,8 +90,9 @@ struct FusedArgs {
   int64_t mask_strides[4] = {};  // 0 in broadcast dims
   const float* sinks = nullptr;  // null when absent
   int64_t sinks_stride = 0;
-  Options options;          // causal / window, for visible_keys() of core/semantics.h
-  float scale_log2 = 0.0f;  // scale * log2(e), folded into Q
+  Options options;            // causal / window, for visible_keys() of core/semantics.h
+  float scale_log2 = 0.0f;    // scale * log2(e), folded into Q
+  float softcap_log2 = 0.0f;  // softcap * log2(e) (base-2 scores); 0: no soft cap
   // Tiling (fused_layout in fused.cpp).
   int64_t heads_per_tile = 1;  // query heads of one kv group per tile
   int64_t head_chunks = 1;     // ceil(group / heads_per_tile)
@@ -542,6 +543,15 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
       if (j0 < keys)
         qk_tail<kBlockQK - 1>(static_cast<int>(keys - j0), w.kf + j0 * a.dqk_pad, a.dqk_pad,
                               w.qt + r0, rp, a.dqk, w.st + j0 * rp + r0);
+    }
+
+    // The soft cap, on the base-2 scores of the real rows, before any mask.
+    if (a.softcap_log2 > 0.0f) {
+      const float cap = a.softcap_log2, inverse = 1.0f / a.softcap_log2;
+      for (int64_t j = 0; j < keys; ++j) {
+        float* __restrict s = w.st + j * rp;
+        for (int64_t r = 0; r < rows; ++r) s[r] = cap * std::tanh(s[r] * inverse);
+      }
     }
 
     // Masks: array mask, then the causal / window range where this tile is

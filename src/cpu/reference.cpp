@@ -42,7 +42,7 @@ double reference_row(const Problem& p, const Options& options, double scale, con
       dot +=
           static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
           static_cast<double>(load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
-    scores[j] = scale * dot + mask_value;
+    scores[j] = soft_cap(scale * dot, options.softcap) + mask_value;
     row_max = std::max(row_max, scores[j]);
   }
 

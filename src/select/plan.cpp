@@ -190,7 +190,8 @@ std::string Plan::explain() const {
         : pr.mask == MaskKind::Additive ? std::string("additive-") + to_string(pr.mask_dtype)
                                         : "boolean")
     << " sinks=" << (pr.has_sinks ? "yes" : "no") << " lse=" << (pr.has_lse ? "yes" : "no")
-    << " scale=" << scale << "\n";
+    << " scale=" << scale
+    << " softcap=" << (options.softcap > 0.0 ? std::to_string(options.softcap) : "none") << "\n";
   s << "policy    " << to_string(policy) << "\n";
   s << "backend   " << to_string(backend) << "\n";
   s << "path      " << to_string(path) << "\n";

@@ -17,7 +17,7 @@
 
 /* The layouts every FFI binding relies on (c_api.h states them). */
 _Static_assert(sizeof(fsdpa_tensor) == 88, "fsdpa_tensor layout");
-_Static_assert(sizeof(fsdpa_options) == 40, "fsdpa_options layout");
+_Static_assert(sizeof(fsdpa_options) == 48, "fsdpa_options layout");
 _Static_assert(sizeof(fsdpa_tensors) == 376, "fsdpa_tensors layout");
 _Static_assert(sizeof(fsdpa_plan_info) == 1312, "fsdpa_plan_info layout");
 
@@ -145,7 +145,9 @@ static void naive_attention(const fsdpa_tensors* t, const fsdpa_options* o, doub
           double dot = 0.0;
           for (int64_t d = 0; d < Dqk; ++d)
             dot += (double)qd[offset4(q, b, h, i, d)] * (double)kd[offset4(k, b, kv, j, d)];
-          scores[j] = keep ? scale * dot + bias : -INFINITY;
+          double score = scale * dot;
+          if (o->softcap > 0.0) score = o->softcap * tanh(score / o->softcap);
+          scores[j] = keep ? score + bias : -INFINITY;
           if (scores[j] > row_max) row_max = scores[j];
         }
         double sink = -INFINITY;
@@ -318,7 +320,8 @@ static void test_options_init(void) {
   CHECK(a.causal_align == FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT);
   CHECK(a.policy == FSDPA_POLICY_DEFAULT);
   CHECK(a.has_scale == b.has_scale && a.causal == b.causal && a.causal_align == b.causal_align &&
-        a.has_window == b.has_window && a.policy == b.policy && a.allow_tf32 == b.allow_tf32);
+        a.has_window == b.has_window && a.policy == b.policy && a.allow_tf32 == b.allow_tf32 &&
+        a.softcap == 0.0 && b.softcap == 0.0);
 }
 
 static void test_attention_matches_naive(void) {
@@ -347,6 +350,10 @@ static void test_attention_matches_naive(void) {
     o.has_scale = 1;
     o.scale = 0.3;
     o.policy = policies[pi];
+    CHECK(fsdpa_attention(&p.tensors, &o, NULL) == FSDPA_OK);
+    check_against_naive(&p.tensors, &o, kF32Tolerance, __LINE__);
+    /* The same call under a soft cap that bites (scores up to ~4). */
+    o.softcap = 1.5;
     CHECK(fsdpa_attention(&p.tensors, &o, NULL) == FSDPA_OK);
     check_against_naive(&p.tensors, &o, kF32Tolerance, __LINE__);
 
@@ -540,6 +547,13 @@ static void test_errors(void) {
   o.window_left = -1;
   CHECK_ERROR(fsdpa_attention(&p.tensors, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
               "window_left: expected >= 0, got -1");
+  o = fsdpa_options_init();
+  o.softcap = -2.0;
+  CHECK_ERROR(fsdpa_attention(&p.tensors, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
+              "softcap: expected a finite value >= 0 (0: none), got -2");
+  o.softcap = NAN;
+  CHECK_ERROR(fsdpa_plan_create(&p.tensors, &o, &plan), FSDPA_ERROR_INVALID_ARGUMENT,
+              "softcap: expected a finite value >= 0 (0: none), got nan");
 
   /* Unknown enum values, small (checked by the C++ validation) and out of
    * the 8-bit range of the C++ enums (checked by the ABI). */

@@ -167,6 +167,7 @@ struct AttentionCase {
   CausalAlign align = CausalAlign::BottomRight;
   std::optional<int64_t> window;
   std::optional<double> scale;
+  double softcap = 0.0;  // Options::softcap
   Policy policy = Policy::ForceFused;
 
   // A stable identifier usable as a GoogleTest parameter name.
@@ -184,6 +185,7 @@ struct AttentionCase {
     if (sinks) s << (big_sinks ? "_bigsinks" : "_sinks");
     if (!lse) s << "_nolse";
     if (scale) s << "_scale" << static_cast<int>(std::lround(*scale * 1000)) << "m";
+    if (softcap > 0.0) s << "_cap" << static_cast<int>(std::lround(softcap * 1000)) << "m";
     if (policy != Policy::ForceFused) s << "_" << to_string(policy);
     std::string out = s.str();
     for (char& c : out)
@@ -197,6 +199,7 @@ struct AttentionCase {
     o.causal = causal;
     o.causal_align = align;
     o.window_left = window;
+    o.softcap = softcap;
     o.policy = policy;
     return o;
   }

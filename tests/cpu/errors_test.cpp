@@ -411,6 +411,14 @@ std::vector<BadInput> bad_inputs() {
 }
 , Kind::Invalid, "fsdpa: window_left: expected >= 0, got -1"
 }
+, {"softcap_negative", MUTATE{o.softcap = -50.0;
+}
+, Kind::Invalid, "fsdpa: softcap: expected a finite value >= 0 (0: none), got -50"
+}
+, {"softcap_nan", MUTATE{o.softcap = std::nan("");
+}
+, Kind::Invalid, "fsdpa: softcap: expected a finite value >= 0 (0: none), got nan"
+}
 ,
     // environment
     {"env_policy_bad", MUTATE{o.policy.reset();

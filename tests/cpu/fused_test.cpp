@@ -317,6 +317,46 @@ std::vector<AttentionCase> fused_cases() {
     c.scale = scale;
     cases.push_back(c);
   }
+  // Soft cap with every semantic: a cap that bites (5 under a sharp scale)
+  // and Gemma 2's 50, with causal and windows in both alignments, both mask
+  // kinds with dead rows, sinks, GQA, few-query key splits, MLA aliasing.
+  {
+    size_t k = 0;
+    for (DType dtype : kDTypes)
+      for (double cap : {5.0, 50.0}) {
+        AttentionCase c = base(dtype, k % 2 ? 37 : 97, k % 3 ? 97 : 17);
+        c.softcap = cap;
+        c.scale = cap == 5.0 ? 1.0 : std::optional<double>{};
+        const HeadDims& hd = pick(kHeadDims, k * 5 + 3);
+        c.dqk = std::min<int64_t>(hd.qk, 256);
+        c.dv = std::min<int64_t>(hd.v, c.dqk);
+        set_causal(c, k);
+        if (k % 2 == 1) c.window = static_cast<int64_t>(k + 2);
+        set_mask(c, 1 + k % 4, k, k % 3 == 0);
+        c.sinks = k % 2 == 0;
+        c.layout = pick(kLayouts, k + 1);
+        cases.push_back(c);
+        ++k;
+      }
+    AttentionCase d = base(DType::BF16, 1, 577);  // decode: key splits over threads
+    d.heads_kv = 1;
+    d.heads_q = 8;
+    d.dqk = d.dv = 128;
+    d.softcap = 2.0;
+    d.scale = 0.5;
+    d.sinks = true;
+    cases.push_back(d);
+    AttentionCase e = base(DType::F32, 4, 97);  // MLA's absorbed form under a cap
+    e.heads_kv = 1;
+    e.heads_q = 16;
+    e.dqk = 576;
+    e.dv = 512;
+    e.layout = Layout::MlaAlias;
+    e.causal = true;
+    e.softcap = 3.0;
+    e.scale = 0.2;
+    cases.push_back(e);
+  }
   // Long: 4099 keys (decode and a prefill chunk), 4099 queries over few keys,
   // and 4099 x 4099 causal with a small head count.
   {
@@ -427,6 +467,11 @@ TEST(FusedGrid, CoversEveryAxisValue) {
     }));
   }
   EXPECT_TRUE(any([](const AttentionCase& c) { return c.len_k == 0 && c.sinks; }));
+  for (DType dtype : kDTypes)
+    EXPECT_TRUE(any([&](const AttentionCase& c) {
+      return c.dtype == dtype && c.softcap > 0 && c.mask != MaskType::None;
+    })) << "soft cap "
+        << to_string(dtype);
   EXPECT_TRUE(any([](const AttentionCase& c) { return c.masked_rows && c.sinks; }));
   EXPECT_TRUE(any([](const AttentionCase& c) { return !c.lse; }));
   EXPECT_TRUE(any([](const AttentionCase& c) {

@@ -96,7 +96,9 @@ ReferenceResult naive_attention(const AttentionData& d) {
           }
           double dot = 0;
           for (int64_t e = 0; e < c.dqk; ++e) dot += at(t.q, b, h, i, e) * at(t.k, b, g, j, e);
-          s[static_cast<size_t>(j)] = dot * scale + add;
+          double score = dot * scale;
+          if (c.softcap > 0) score = c.softcap * std::tanh(score / c.softcap);
+          s[static_cast<size_t>(j)] = score + add;
           top = std::max(top, s[static_cast<size_t>(j)]);
         }
         const int64_t row = (b * c.heads_q + h) * c.len_q + i;
@@ -146,6 +148,7 @@ TEST(Reference, AgreesWithNaiveImplementation) {
     }
     c.sinks = k % 7 < 3;
     if (k % 9 == 4) c.scale = 0.7;
+    if (k % 5 == 3) c.softcap = k % 2 ? 0.5 : 30.0;
     Rng rng(base_seed() ^ name_hash(c.name()));
     AttentionData d = make_data(c, rng);
     const ReferenceResult ref = detail::cpu::reference_attention(d.tensors, d.options);
@@ -192,6 +195,32 @@ TEST(Reference, HandComputed) {
     attention(t, o);
     EXPECT_NEAR(out[0], (e * 3 + e2 * 5) / (1 + e + e2), 1e-6) << to_string(policy);
     EXPECT_NEAR(lse[0], std::log(1 + e + e2), 1e-6) << to_string(policy);
+  }
+}
+
+// The soft cap by hand: scale 1, cap 1: s = (tanh 1, tanh 2), the mask added
+// after the cap (an additive -0.5 on key 1), on every path.
+TEST(Reference, SoftCapHandComputed) {
+  float q[] = {1}, k[] = {1, 2}, v[] = {3, 5}, mask[] = {0.0f, -0.5f}, out[] = {0}, lse[] = {0};
+  Tensors t;
+  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
+  t.k = contiguous_view(k, DType::F32, {1, 1, 2, 1});
+  t.v = contiguous_view(v, DType::F32, {1, 1, 2, 1});
+  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
+  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  t.mask = contiguous_view(mask, DType::F32, {1, 1, 1, 2});
+  Options o;
+  o.scale = 1.0;
+  o.softcap = 1.0;
+  const double a = std::exp(std::tanh(1.0)), b = std::exp(std::tanh(2.0) - 0.5);
+  const ReferenceResult r = detail::cpu::reference_attention(t, o);
+  EXPECT_NEAR(r.out[0], (a * 3 + b * 5) / (a + b), 1e-14);
+  EXPECT_NEAR(r.lse[0], std::log(a + b), 1e-14);
+  for (Policy policy : {Policy::ForceFused, Policy::Unfused}) {
+    o.policy = policy;
+    attention(t, o);
+    EXPECT_NEAR(out[0], (a * 3 + b * 5) / (a + b), 1e-6) << to_string(policy);
+    EXPECT_NEAR(lse[0], std::log(a + b), 1e-6) << to_string(policy);
   }
 }
 

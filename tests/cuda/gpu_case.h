@@ -45,6 +45,7 @@ struct Case {
   bool sinks = false;
   bool lse = true;
   bool allow_tf32 = false;
+  double softcap = 0.0;       // Options::softcap
   bool kv_broadcast = false;  // K and V with stride 0 over batch and kv heads (torch's expand)
   Policy policy = Policy::ForceFused;
   // When set, launch this row of the table directly, whatever plan() would
@@ -68,6 +69,7 @@ struct Case {
     if (mask == MaskKind::Boolean) s << "_bool" << (fully_masked_rows ? "Empty" : "");
     if (sinks) s << "_sinks";
     if (allow_tf32) s << "_tf32";
+    if (softcap > 0.0) s << "_cap" << static_cast<int>(softcap);
     if (kv_broadcast) s << "_kvbroadcast";
     s << (policy == Policy::Unfused      ? "_unfused"
           : policy == Policy::ForceFused ? "_fused"
@@ -251,6 +253,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   options.window_left = c.window;
   options.policy = c.policy;
   options.allow_tf32 = c.allow_tf32;
+  options.softcap = c.softcap;
 
   // Device copies with the same strides.
   const std::vector<unsigned char> out_poison = out.host;

@@ -45,6 +45,7 @@ struct Case {
   bool v_aliases_k = false;  // v = first dv columns of k (MLA)
   int splits = 0;            // FSDPA_DECODE_SPLITS; 0 = automatic
   std::optional<double> scale;
+  double softcap = 0.0;  // Options::softcap
 
   std::string name() const {
     return "B=" + std::to_string(batch) + " Hq=" + std::to_string(heads_q) +
@@ -54,7 +55,9 @@ struct Case {
            (align == CausalAlign::TopLeft ? "-topleft" : "") +
            (window ? " window=" + std::to_string(*window) : "") +
            " mask=" + std::to_string(int(mask)) + (sinks ? " sinks" : "") + (bshd ? " bshd" : "") +
-           (v_aliases_k ? " v=k" : "") + " splits=" + std::to_string(splits);
+           (v_aliases_k ? " v=k" : "") +
+           (softcap > 0 ? " softcap=" + std::to_string(softcap) : "") +
+           " splits=" + std::to_string(splits);
   }
 };
 
@@ -256,6 +259,7 @@ void run_case(const Case& c) {
   options.causal_align = c.align;
   options.window_left = c.window;
   options.scale = c.scale;
+  options.softcap = c.softcap;
   options.policy = Policy::ForceFused;
 
   const Tensors device_tensors = make(true);
@@ -660,6 +664,42 @@ TEST(Decode, Masks) {
       c.causal = mask == MaskCase::Boolean;
       run_case(c);
     }
+}
+
+// The soft cap in every decode kernel: the CUDA-core (f32) and tensor-core
+// split kernels over the head-dim buckets, with masks, sinks, causal rows
+// and forced splits, and the MLA kernel; a cap that bites (2 under scale 1)
+// and Gemma 2's 50.
+TEST(Decode, SoftCap) {
+  const std::pair<int64_t, int64_t> dims[] = {{64, 64}, {128, 128}, {256, 256}, {512, 512}};
+  int k = 0;
+  for (auto [dqk, dv] : dims)
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+      Case c;
+      c.dqk = dqk;
+      c.dv = dv;
+      c.dtype = dtype;
+      c.len_q = 1 + k % 3;
+      c.len_k = 577;
+      c.softcap = k % 2 ? 50.0 : 2.0;
+      c.scale = 1.0 / std::sqrt(double(dqk)) * (k % 2 ? 1.0 : 4.0);
+      c.causal = k % 3 == 1;
+      c.mask = k % 4 == 2 ? MaskCase::BooleanFullyMaskedRow : MaskCase::None;
+      c.sinks = k % 2 == 0;
+      c.splits = k % 3 == 0 ? 4 : 0;
+      run_case(c);
+      ++k;
+    }
+  Case c = mla_case();
+  c.heads_q = 16;
+  c.len_q = 2;
+  c.len_k = 700;
+  c.causal = true;
+  c.mask = MaskCase::AdditiveF32;
+  c.softcap = 3.0;
+  c.scale = 0.2;
+  c.splits = 4;
+  run_case(c);
 }
 
 TEST(Decode, FullyMaskedRowsAndSinks) {

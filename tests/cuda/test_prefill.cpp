@@ -197,6 +197,23 @@ std::vector<Case> semantic_cases() {
       c.sinks = true;
       cases.push_back(c);
     }
+    {  // the soft cap: one that bites (2), Gemma 2's (50), with the masks on top
+      Case c = base;
+      c.softcap = 2.0;
+      cases.push_back(c);
+      c.causal = true;
+      c.mask = MaskKind::Boolean;
+      c.fully_masked_rows = true;
+      c.sinks = true;
+      cases.push_back(c);
+      c = base;
+      c.softcap = 50.0;
+      c.window = 40;
+      c.mask = MaskKind::Additive;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      cases.push_back(c);
+    }
     for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {7, 1}}) {
       Case c = base;
       c.heads_q = hq;

@@ -91,6 +91,15 @@ std::vector<Case> unfused_cases() {
     c.sinks = true;
     cases.push_back(c);
   }
+  for (DType dtype : {DType::BF16, DType::F32}) {  // the soft cap, before the mask
+    Case c = base;
+    c.dtype = dtype;
+    c.softcap = 2.0;
+    c.causal = true;
+    c.mask = MaskKind::Additive;
+    c.sinks = true;
+    cases.push_back(c);
+  }
   return cases;
 }
 

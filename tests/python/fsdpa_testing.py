@@ -8,7 +8,7 @@ TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}
 
 
 def reference(q, k, v, *, scale=None, causal=False, causal_align="bottom_right",
-              window_left=None, mask=None, sinks=None):
+              window_left=None, mask=None, sinks=None, softcap=None):
     """Attention in float64 from the definition: returns (out, lse)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     batch, heads_q, len_q, head_dim_qk = q.shape
@@ -19,6 +19,8 @@ def reference(q, k, v, *, scale=None, causal=False, causal_align="bottom_right",
     if scale is None:
         scale = 1.0 / np.sqrt(head_dim_qk)
     scores = scale * np.einsum("bhid,bhjd->bhij", q, k)
+    if softcap:
+        scores = softcap * np.tanh(scores / softcap)
     i = np.arange(len_q)[:, None]
     j = np.arange(len_k)[None, :]
     diagonal = i + (len_k - len_q if causal_align == "bottom_right" else 0)

@@ -76,6 +76,21 @@ def test_window(rng, causal, causal_align, window_left):
 
 
 @pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("softcap", [0.5, 5.0, 50.0])
+def test_softcap(rng, policy, softcap):
+    # A sharp scale so that every cap bites; causal, a mask and sinks on top.
+    q, k, v = qkv(rng, 2, 4, 2, 13, 29, 32)
+    mask = randn(rng, (1, 1, 13, 29))
+    sinks = randn(rng, (4,))
+    check(q, k, v, scale=1.0, softcap=softcap, causal=True, mask=mask, sinks=sinks, policy=policy)
+
+
+def test_softcap_zero_is_none(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 5, 9, 16)
+    np.testing.assert_array_equal(fsdpa.attention(q, k, v, softcap=0.0), fsdpa.attention(q, k, v))
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("mask_shape", [(2, 4, 11, 23), (1, 4, 11, 23), (2, 1, 11, 23),
                                         (1, 1, 11, 23), (11, 23), (4, 11, 23)])
 def test_boolean_mask(rng, policy, mask_shape):

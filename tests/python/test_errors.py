@@ -76,9 +76,13 @@ OPTION_ERRORS = [
     ({"scale": float("nan")}, "fsdpa: scale: expected a finite value > 0, got nan"),
     ({"scale": float("inf")}, "fsdpa: scale: expected a finite value > 0, got inf"),
     ({"window_left": -1}, "fsdpa: window_left: expected >= 0, got -1"),
+    ({"softcap": -1.0}, "fsdpa: softcap: expected a finite value >= 0 (0: none), got -1"),
+    ({"softcap": float("inf")}, "fsdpa: softcap: expected a finite value >= 0 (0: none), got inf"),
     # The wrapper's own checks:
     ({"scale": "big"}, "fsdpa: scale: expected a number, got 'big'"),
     ({"window_left": 2.5}, "fsdpa: window_left: expected an integer, got 2.5"),
+    ({"softcap": "50"}, "fsdpa: softcap: expected a number, got '50'"),
+    ({"softcap": True}, "fsdpa: softcap: expected a number, got True"),
     ({"window_left": 2**70}, f"fsdpa: window_left: {2**70} does not fit in 64 bits"),
     ({"causal_align": "diagonal"},
      "fsdpa: causal_align: expected 'bottom_right' or 'top_left', got 'diagonal'"),

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "cuda/common/score.cuh"
 #include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail::cuda {
@@ -22,6 +23,9 @@ struct MaskSemantics {
   int64_t mask_strides[4] = {};  // 0 where the mask broadcasts
   const float* sinks = nullptr;
   int64_t sink_stride = 0;
+  // Options::softcap in natural units (0: none); kernels in the exp2 domain
+  // scale it by log2(e).
+  float softcap = 0.0f;
 };
 
 struct DeviceKeyRange {
@@ -54,6 +58,7 @@ inline MaskSemantics make_mask_semantics(const Problem& p, const Options& option
   s.has_window = options.window_left.has_value();
   s.window_left = options.window_left.value_or(0);
   s.mask_kind = static_cast<int>(p.mask);
+  s.softcap = static_cast<float>(options.softcap);
   if (t.mask) {
     const TensorView m = broadcast_strides(*t.mask);
     s.mask = m.data;

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/common/score.cuh"
 #include "cuda/decode/decode_params.h"
 
 namespace fsdpa::detail::cuda::decode_kernel {
@@ -50,6 +51,12 @@ __device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int i) {
   if (p.causal) end = min(max(diagonal + 1, int64_t(0)), len_k);
   if (p.has_window) begin = min(max(diagonal - p.window_left, int64_t(0)), len_k);
   return make_int2(int(begin), int(end));
+}
+
+// A visible key's score in the exp2 domain (the product times scale_log2)
+// under the soft cap, when the call has one.
+__device__ __forceinline__ float capped_score(const DecodeParams& p, float x) {
+  return p.softcap_log2 > 0.f ? soft_cap(x, p.softcap_log2, p.inverse_softcap_log2) : x;
 }
 
 // The array mask's contribution to a score in the exp2 domain; -inf drops the key.

@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
         score[r] += __shfl_xor_sync(0xffffffffu, score[r], offset);
       const int2 range = range_s[r];
       bool visible = key < key_end && key >= range.x && key < range.y;
+      if (visible) score[r] = capped_score(p, score[r]);
       if (visible && has_mask) score[r] += mask_term(p, mask_row_s[r], key);
       if (!visible) score[r] = minus_inf();
     }

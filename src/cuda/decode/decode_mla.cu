@@ -422,9 +422,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       wgmma_wait<0>();
       pin_registers(s[0]);
       const int k0 = keys.begin + it * kMlaTileK;
-      // Into the exp2 domain; mask unless every row sees every key of the tile.
-      const bool full_tile =
-          !has_mask && k0 >= keys.common_begin && k0 + kMlaTileK <= keys.common_end;
+      // Into the exp2 domain; mask (and soft-cap) unless every row sees every
+      // key of the tile and no cap applies.
+      const bool full_tile = !has_mask && p.softcap_log2 == 0.f && k0 >= keys.common_begin &&
+                             k0 + kMlaTileK <= keys.common_end;
       if (!full_tile) {
 #pragma unroll
         for (int n = 0; n < kKeyTiles; ++n)
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
             const int h = e / 2, key = k0 + n * 8 + 2 * quad + e % 2;
             float x = minus_inf();
             if (key < keys.end && key >= range[h].x && key < range[h].y) {
-              x = s[0][n][e] * p.scale_log2;
+              x = capped_score(p, s[0][n][e] * p.scale_log2);
               if (has_mask) x += mask_term(p, mask_row[h], key);
             }
             s[0][n][e] = x;

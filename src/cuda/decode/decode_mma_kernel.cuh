@@ -216,9 +216,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       }
     }
 
-    // Into the exp2 domain; mask unless the whole stage is visible to every row.
-    const bool full_stage =
-        !has_mask && stage_key0 >= keys.common_begin && stage_key0 + kStageKeys <= keys.common_end;
+    // Into the exp2 domain; mask (and soft-cap) unless the whole stage is
+    // visible to every row and no cap applies.
+    const bool full_stage = !has_mask && p.softcap_log2 == 0.f && stage_key0 >= keys.common_begin &&
+                            stage_key0 + kStageKeys <= keys.common_end;
     if (full_stage) {
 #pragma unroll
       for (int n = 0; n < 2; ++n)
@@ -232,7 +233,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
           const int r = e / 2, key = key0 + n * 8 + 2 * quad + (e % 2);
           float x = minus_inf();
           if (key < key_end && key >= range[r].x && key < range[r].y) {
-            x = s[n][e] * p.scale_log2;
+            x = capped_score(p, s[n][e] * p.scale_log2);
             if (has_mask) x += mask_term(p, mask_row[r], key);
           }
           s[n][e] = x;

@@ -37,6 +37,8 @@ struct DecodeParams {
   int32_t rows_per_kv_head = 0;  // kv_group_size * len_q: the packed query rows of a tile
   int32_t row_chunks = 0;        // ceil(rows_per_kv_head / tile rows)
   float scale_log2 = 0.f;        // scale * log2(e): scores are kept in the exp2 domain
+  float softcap_log2 = 0.f;      // Options::softcap * log2(e) (0: none)
+  float inverse_softcap_log2 = 0.f;
   DecodeMask mask_kind = DecodeMask::None;
   int32_t causal = 0;
   int32_t has_window = 0;

@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
 #pragma unroll
   for (int w = 0; w < kColumnsPerLane; ++w) o[w] = 0.0f;
   float row_max = kMinusInf, row_sum = 0.0f;
+  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
 
   for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
     __syncthreads();  // the previous tile's K, V, P are consumed
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
         for (int d = 0; d < dqk; ++d)
           dot = fmaf(shared_q[local_row * (dqk + 1) + d], shared_k[j * (dqk + 1) + d], dot);
         value = dot * p.scale_log2;
+        if (cap > 0.0f) value = soft_cap(value, cap, inverse_cap);
         if (masked_row)
           value += load_mask_value(sem.mask, sem.mask_dtype,
                                    mask_row_offset + key * sem.mask_strides[3]) *

@@ -50,22 +50,26 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, in
 
 // Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
 // score needs masking (the tile crosses a row's visible range, the end of the
-// keys, or an array mask applies). `first` and `last` are the visible ranges
-// of the block's first and last rows.
+// keys, or an array mask applies) or the soft cap, which cannot be folded
+// into the exp2's FMA. `first` and `last` are the visible ranges of the
+// block's first and last rows.
 template <int kKeyTiles>
 __device__ __forceinline__ bool tile_needs_mask(const MaskSemantics& sem, int k0,
                                                 const DeviceKeyRange& first,
                                                 const DeviceKeyRange& last) {
-  return sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
+  return sem.mask_kind != 0 || sem.softcap > 0.0f || k0 + kKeyTiles * 8 > first.end ||
+         k0 < last.begin;
 }
 
-// Scales the tile's scores into the exp2 domain and masks them: -inf outside
-// a row's visible keys, plus the array mask (in log2 units) where one applies.
+// Scales the tile's scores into the exp2 domain, soft-caps them when asked,
+// and masks them: -inf outside a row's visible keys, plus the array mask (in
+// log2 units) where one applies.
 template <int kRowTiles, int kKeyTiles, typename RowOf>
 __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
                                             const MaskSemantics& sem, const RowOf& row_of, int k0,
                                             int quad, float scale_log2, int batch, int head) {
   const int len_q = static_cast<int>(sem.len_q);
+  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -83,6 +87,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
           float value = kMinusInf;
           if (key >= range.begin && key < range.end) {
             value = s[m][n][2 * r + e] * scale_log2;
+            if (cap > 0.0f) value = soft_cap(value, cap, inverse_cap);
             if (masked_row)
               value += load_mask_value(sem.mask, sem.mask_dtype,
                                        mask_row_offset + key * sem.mask_strides[3]) *

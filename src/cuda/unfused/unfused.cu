@@ -199,11 +199,13 @@ __global__ void __launch_bounds__(kSoftmaxThreads) masked_softmax(const SoftmaxP
   const int64_t mask_row =
       batch * sem.mask_strides[0] + head * sem.mask_strides[1] + row * sem.mask_strides[2];
 
+  const float cap = sem.softcap, inverse_cap = 1.0f / cap;
   float max = kMinusInf, sum = 0.0f;
   for (int64_t j = threadIdx.x; j < len_k; j += kSoftmaxThreads) {
     float s = kMinusInf;
     if (j >= range.begin && j < range.end) {
       s = scores[j];
+      if (cap > 0.0f) s = soft_cap(s, cap, inverse_cap);
       if (sem.mask_kind != 0)
         s += load_mask_value(sem.mask, sem.mask_dtype, mask_row + j * sem.mask_strides[3]);
     }
