@@ -2,7 +2,10 @@
 """Side-by-side prefill benchmark on the very same tensors: fsdpa fused,
 fsdpa unfused, PyTorch SDPA backends (flash, efficient, cudnn, math) and
 FlexAttention, for the prefill rows of ANCHORS.md (non-causal and causal)
-and the long-context chunk rows.
+and the long-context chunk rows. --large runs the head dims above 256
+instead (288..576/512 at L=8192 and as Lq=2048 chunks of 32k and 128k keys,
+576/512 with v a view of k, torch's backends given K/V repeated to Hq) and
+the soft cap at the gemma2-9b shape.
 
 Reports TFLOP/s (causal counts half), the ratio of fsdpa fused to each
 competitor, peak transient device memory, the error against float64, and
@@ -50,50 +53,69 @@ def ceilings():
     return {"copy_TBps": copy_tbs, "bf16_gemm_TFLOPs": gemm}
 
 
-def reference_error(out, q, k, v, causal, heads=2):
-    """||out - ref|| / ||ref|| over batch 0 and the first heads, ref in float64."""
+def reference_error(out, q, k, v, causal, heads=2, softcap=0.0, rows=1024):
+    """||out - ref|| / ||ref|| over batch 0, the first heads and the last
+    `rows` query rows, ref in float64 (causal: bottom-right, which is torch's
+    top-left where Lq == Lk, the only causal rows here)."""
     group = q.shape[1] // k.shape[1]
-    qs = q[0, :heads].double()
+    lq, lk = q.shape[2], k.shape[2]
+    rows = min(rows, lq)
+    qs = q[0, :heads, lq - rows:].double()
     ks = k[0, [h // group for h in range(heads)]].double()
     vs = v[0, [h // group for h in range(heads)]].double()
     s = qs @ ks.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     if causal:
-        lq, lk = s.shape[-2:]
-        keep = torch.ones(lq, lk, dtype=torch.bool, device=DEV).tril(lk - lq)
-        s = s.masked_fill(~keep, float("-inf"))
+        i = torch.arange(lq - rows, lq, device=DEV)[:, None]
+        j = torch.arange(lk, device=DEV)[None, :]
+        s = s.masked_fill(j > i + (lk - lq), float("-inf"))
     ref = torch.softmax(s, -1) @ vs
-    got = out[0, :heads].double()
+    got = out[0, :heads, lq - rows:].double()
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def run_row(shape, causal, args, flex_ok):
+def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv=False):
+    """One shape on every candidate. v_from_k: v is k[..., :Dv] (MLA);
+    softcap: fsdpa's soft cap (torch's SDPA backends have none, so they are
+    left out and fsdpa without the cap is timed beside it); repeat_kv: the
+    torch backends get K/V repeated to Hq (efficient has no GQA)."""
     b, hq, hkv, lq, lk, dqk, dv = shape
     flops = 4.0 * b * hq * lq * lk * (dqk + dv) / 2 * (0.5 if causal else 1.0)
     q = torch.randn(b, hq, lq, dqk, dtype=torch.bfloat16, device=DEV)
     k = torch.randn(b, hkv, lk, dqk, dtype=torch.bfloat16, device=DEV)
-    v = torch.randn(b, hkv, lk, dv, dtype=torch.bfloat16, device=DEV)
+    v = k[..., :dv] if v_from_k else torch.randn(b, hkv, lk, dv, dtype=torch.bfloat16, device=DEV)
     out = torch.empty(b, hq, lq, dv, dtype=torch.bfloat16, device=DEV)
     row = {"B": b, "Hq": hq, "Hkv": hkv, "Lq": lq, "Lk": lk, "Dqk": dqk, "Dv": dv,
-           "causal": causal, "results": {}}
+           "causal": causal, "v_from_k": v_from_k, "softcap": softcap, "results": {}}
     # torch's is_causal is top-left; it equals bottom-right only when Lq == Lk.
     align = "top_left"
 
-    def fsdpa_call(policy):
+    def fsdpa_call(policy, cap=softcap):
         return lambda: fsdpa.attention(q, k, v, causal=causal, causal_align=align,
-                                       policy=policy, out=out)
+                                       policy=policy, softcap=cap, out=out)
+
+    tq, tk, tv = q, k, v
+    if repeat_kv and hq != hkv:
+        tk = k.repeat_interleave(hq // hkv, dim=1)
+        tv = tk[..., :dv] if v_from_k else v.repeat_interleave(hq // hkv, dim=1)
 
     def sdpa_call(backend):
         def call():
             with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                      enable_gqa=hq != hkv)
+                return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal,
+                                                      enable_gqa=tk.shape[1] != hq)
         return call
 
     candidates = [("fsdpa_fused", fsdpa_call("fused"), "fsdpa"),
                   ("fsdpa_unfused", fsdpa_call("unfused"), "fsdpa")]
+    if softcap:
+        candidates.append(("fsdpa_fused_nocap", fsdpa_call("fused", 0.0), "fsdpa"))
     for name, backend in [("flash", SDPBackend.FLASH_ATTENTION),
                           ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                           ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]:
+        if softcap or name in args.skip_backends:
+            continue
         if name == "math" and b * hq * lq * lk * 2 > args.math_limit:
             continue
         candidates.append((name, sdpa_call(backend), "torch"))
@@ -121,17 +143,23 @@ def run_row(shape, causal, args, flex_ok):
             peak = torch.cuda.max_memory_allocated() - base
             if kind == "fsdpa":
                 info = fsdpa.plan(q, k, v, causal=causal, causal_align=align,
-                                  policy="fused" if name == "fsdpa_fused" else "unfused")
+                                  policy="unfused" if name == "fsdpa_unfused" else "fused",
+                                  softcap=0.0 if name == "fsdpa_fused_nocap" else softcap)
                 entry["kernel"] = info.kernel
                 entry["path"] = info.path
                 entry["bucket"] = f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}"
+                entry["pad_ratio"] = info.pad_ratio
                 # fsdpa's workspace comes from cudaMallocAsync, outside torch's allocator.
                 peak = info.workspace_bytes
             else:
                 peak -= result.numel() * result.element_size()  # the output is not transient
             entry["transient_bytes"] = max(int(peak), 0)
-            entry["error"] = reference_error(result, q, k, v, causal)
-            ms = timing.eager_ms(fn, iters=args.reps, warmup=args.warmup)
+            entry["error"] = reference_error(result, q, k, v, causal,
+                                             softcap=0.0 if name == "fsdpa_fused_nocap"
+                                             else softcap)
+            slow = flops > 2e15  # > ~5 ms on anything here: fewer repeats
+            ms = timing.eager_ms(fn, iters=3 if slow else args.reps,
+                                 warmup=1 if slow else args.warmup)
             entry["ms"] = ms
             entry["TFLOPs"] = flops / (ms * 1e-3) / 1e12
         except Exception as e:  # noqa: BLE001
@@ -157,8 +185,9 @@ def markdown(report):
              "4·B·H·Lq·Lk·(Dqk+Dv)/2 (causal: half) over the median time. "
              "Error: ‖out−ref‖/‖ref‖ against float64 (batch 0, 2 heads).", "",
              "| shape | causal | Dqk/Dv | fsdpa fused | bucket | fsdpa unfused | flash | efficient |"
-             " cudnn | math | flex | ×flash | ×cudnn | ×flex | fused err | fused/unfused/flash transient MB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             " cudnn | math | flex | ×flash | ×cudnn | ×efficient | ×flex | fused err |"
+             " fused/unfused/flash transient MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["rows"]:
         r = row["results"]
         tf = {n: r.get(n, {}).get("TFLOPs") for n in
@@ -169,14 +198,18 @@ def markdown(report):
                        if "transient_bytes" in r.get(n, {}) else "–"
                        for n in ["fsdpa_fused", "fsdpa_unfused", "flash"])
         err = r.get("fsdpa_fused", {}).get("error")
+        extra = (" v=k[:Dv]" if row.get("v_from_k") else "") + (
+            f" softcap {row['softcap']:g} (no cap: {fmt(r.get('fsdpa_fused_nocap', {}).get('TFLOPs'))})"
+            if row.get("softcap") else "")
         lines.append(
-            f"| B{row['B']} H{row['Hq']}/{row['Hkv']} L{row['Lq']}x{row['Lk']} | "
+            f"| B{row['B']} H{row['Hq']}/{row['Hkv']} L{row['Lq']}x{row['Lk']}{extra} | "
             f"{'yes' if row['causal'] else 'no'} | {row['Dqk']}/{row['Dv']} | "
             f"{fmt(tf['fsdpa_fused'])} | {r.get('fsdpa_fused', {}).get('bucket', '–')} | "
             + " | ".join(fmt(tf[n]) for n in ["fsdpa_unfused", "flash", "efficient", "cudnn",
                                                "math", "flex"])
             + f" | {fmt(ratio.get('flash'), 2)} | {fmt(ratio.get('cudnn'), 2)} | "
-              f"{fmt(ratio.get('flex'), 2)} | {'–' if err is None else f'{err:.1e}'} | {mem} |")
+              f"{fmt(ratio.get('efficient'), 2)} | {fmt(ratio.get('flex'), 2)} | "
+              f"{'–' if err is None else f'{err:.1e}'} | {mem} |")
     return "\n".join(lines) + "\n"
 
 
@@ -185,14 +218,17 @@ def plot(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, 2, figsize=(14, 5), sharey=True)
+    square = [r["Lq"] for r in report["rows"] if r["Lq"] == r["Lk"]]
+    length = max(set(square), key=square.count) if square else 0
     for ax, causal in zip(axes, [False, True]):
-        rows = [r for r in report["rows"] if r["causal"] == causal and r["Lq"] == 4096]
+        rows = [r for r in report["rows"] if r["causal"] == causal and r["Lq"] == r["Lk"] == length
+                and not r.get("softcap")]
         labels = [f"{r['Dqk']}/{r['Dv']}" for r in rows]
         for name in ["fsdpa_fused", "fsdpa_unfused", "flash", "efficient", "cudnn", "math", "flex"]:
             ys = [r["results"].get(name, {}).get("TFLOPs", float("nan")) for r in rows]
             ax.plot(range(len(rows)), ys, marker="o", label=name)
         ax.set_xticks(range(len(rows)), labels, rotation=45)
-        ax.set_title(f"B=4 H=16 L=4096 bf16, {'causal' if causal else 'non-causal'}")
+        ax.set_title(f"L={length} bf16, {'causal' if causal else 'non-causal'}")
         ax.set_xlabel("Dqk/Dv")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("TFLOP/s")
@@ -211,7 +247,12 @@ def main():
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--math-limit", type=float, default=4.5e9,
                     help="skip math when B*H*Lq*Lk*2 bytes of scores exceed this")
+    ap.add_argument("--large", action="store_true",
+                    help="the head dims above 256 and the soft cap instead of the main table")
+    ap.add_argument("--skip-backends", default="",
+                    help="comma-separated torch backends to leave out (flash,efficient,cudnn,math)")
     args = ap.parse_args()
+    args.skip_backends = set(filter(None, args.skip_backends.split(",")))
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     report = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -221,13 +262,27 @@ def main():
     dims = PREFILL_DIMS if not args.quick else [(64, 64), (128, 128), (256, 256)]
     # Non-causal first, then the long-context chunks, then causal: a run cut
     # short by its time limit keeps the rows that matter most.
-    shapes = [((4, 16, 16, 4096, 4096, dqk, dv), False) for dqk, dv in dims]
-    shapes += [((1, 16, 8, 1024, 65536, d, d), False) for d in (128, 256)]
-    shapes += [((1, 16, 8, 1024, 131072, 256, 256), False)]
-    shapes += [((4, 16, 16, 4096, 4096, dqk, dv), True) for dqk, dv in dims]
-    for shape, causal in shapes:
+    shapes = [((4, 16, 16, 4096, 4096, dqk, dv), False, {}) for dqk, dv in dims]
+    shapes += [((1, 16, 8, 1024, 65536, d, d), False, {}) for d in (128, 256)]
+    shapes += [((1, 16, 8, 1024, 131072, 256, 256), False, {})]
+    shapes += [((4, 16, 16, 4096, 4096, dqk, dv), True, {}) for dqk, dv in dims]
+    if args.large:
+        mla = {"v_from_k": True, "repeat_kv": True}
+        gqa = {"repeat_kv": True}
+        shapes = []
+        for causal in (False, True):
+            shapes += [((1, 16, 8, 8192, 8192, d, d), causal, gqa) for d in (288, 320, 384, 512)]
+            shapes += [((1, 16, 1, 8192, 8192, 576, 512), causal, mla)]
+        # The chunk rows: non-causal (bottom-right causal at Lk >> Lq is ~all
+        # of the work; torch's is_causal would be top-left there).
+        for lk in (32768, 131072):
+            shapes += [((1, 8, 1, 2048, lk, 288, 288), False, gqa),
+                       ((1, 16, 8, 2048, lk, 512, 512), False, gqa),
+                       ((1, 128, 1, 2048, lk, 576, 512), False, mla)]
+        shapes += [((1, 16, 8, 4096, 4096, 256, 256), True, {"softcap": 50.0})]
+    for shape, causal, extra in shapes:
         t0 = time.time()
-        row = run_row(shape, causal, args, flex_ok=shape[3] == 4096)
+        row = run_row(shape, causal, args, flex_ok=shape[3] == 4096 and not args.large, **extra)
         report["rows"].append(row)
         r = row["results"]
         print(f"{shape} causal={causal}: " + ", ".join(

@@ -8,7 +8,7 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -17,6 +17,9 @@
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
+# `coverage` is the loop for the head dims above 256 and the soft cap: the
+# prefill, unfused and decode GPU tests, decode-vs-prefill, memcheck and
+# racecheck on the column-slice kernels, and compare_torch.py --large.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${1:-all}
@@ -145,6 +148,28 @@ if [ "$STAGES" = prefill ]; then
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
     python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:---quick} >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+fi
+
+if [ "$STAGES" = coverage ]; then
+  t0=$(date +%s)
+  start_prefill_shards 200
+  timeout $(limit 200) $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
+  pids+=($!)
+  for p in "${pids[@]}"; do wait "$p"; done
+  timeout $(limit 150) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
+  timeout $(limit 60) $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
+  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
+  say "gpu tests: $(($(date +%s) - t0)) s"
+  report_tests
+  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*' 90 large-dims
+  mkdir -p "$OUT/bench"
+  t0=$(date +%s)
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-240})" \
+    python3 bench/compare_torch.py --out "$OUT/bench" --name h200-prefill-large --large ${BENCH_ARGS:-} \
+    >"$OUT/bench-prefill.log" 2>&1
+  say "prefill bench (large): rc=$? $(($(date +%s) - t0)) s"
+  grep -E "causal=" "$OUT/bench-prefill.log" | cut -c1-230 | tee -a "$SUMMARY"
 fi
 
 # ------------------------------------------------------------------ decode loop
@@ -311,7 +336,7 @@ tar czf "$FINAL_OUT/results.tgz" -C "$OUT" .
 cp "$SUMMARY" "$FINAL_OUT/summary.txt"
 echo "=================== summary"
 cat "$SUMMARY"
-for f in h200-prefill.md h200-decode.md; do
+for f in h200-prefill.md h200-prefill-large.md h200-decode.md; do
   [ -f "$OUT/bench/$f" ] && grep -E '^\|' "$OUT/bench/$f" | cut -c1-200
 done
 exit 0

@@ -143,7 +143,7 @@ typedef struct fsdpa_plan_info {
   int64_t num_kv_splits;
   uint64_t workspace_bytes; /* what fsdpa_run needs */
   double scale;             /* resolved */
-  double pad_ratio;         /* (bucket_qk + bucket_v) / (Dqk + Dv) */
+  double pad_ratio;         /* (bucket_qk + bucket_v) * Dv slices / (Dqk + Dv) */
   char kernel[FSDPA_KERNEL_NAME_CAPACITY];
   char fallback_reason[FSDPA_FALLBACK_REASON_CAPACITY]; /* "" when none */
 } fsdpa_plan_info;

@@ -169,10 +169,15 @@ struct Plan {
   std::string kernel;
   int64_t head_dim_qk_bucket = 0;  // compiled head-dim bucket (0 where none)
   int64_t head_dim_v_bucket = 0;
-  double pad_ratio = 1.0;  // (bucket_qk + bucket_v) / (Dqk + Dv)
+  // Work done over work needed: (bucket_qk + bucket_v) * num_v_slices / (Dqk + Dv).
+  double pad_ratio = 1.0;
   int64_t tile_q = 0;
   int64_t tile_k = 0;
   int64_t num_kv_splits = 1;
+  // Fused prefill with Dv above one block's registers (256): the output
+  // columns in this many slices, each of head_dim_v_bucket columns, one block
+  // each, every slice computing q.k again.
+  int64_t num_v_slices = 1;
   int num_threads = 1;  // CPU backend
   size_t workspace_bytes = 0;
   std::string fallback_reason;  // why Auto did not take a fused path; empty otherwise

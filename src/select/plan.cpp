@@ -197,8 +197,12 @@ std::string Plan::explain() const {
   s << "path      " << to_string(path) << "\n";
   s << "kernel    " << kernel << "\n";
   if (head_dim_qk_bucket > 0)
-    s << "bucket    " << head_dim_qk_bucket << "/" << head_dim_v_bucket << " (pad ratio "
-      << std::fixed << std::setprecision(3) << pad_ratio << std::defaultfloat << ")\n";
+    s << "bucket    " << head_dim_qk_bucket << "/" << head_dim_v_bucket
+      << (num_v_slices > 1 ? " x " + std::to_string(num_v_slices) + " column slices" : "")
+      << " (pad ratio " << std::fixed << std::setprecision(3) << pad_ratio << std::defaultfloat
+      << ")\n";
+  else if (num_v_slices > 1)
+    s << "slices    Dv in " << num_v_slices << " column slices\n";
   if (tile_q > 0) s << "tiles     " << tile_q << " queries x " << tile_k << " keys\n";
   s << "splits    " << num_kv_splits << "\n";
   if (backend == Backend::CPU) s << "threads   " << num_threads << "\n";

@@ -24,10 +24,11 @@
 namespace fsdpa::gpu_test {
 
 enum class Layout {
-  BHSD,        // contiguous [B, H, L, D]
-  BSHD,        // contiguous [B, L, H, D] viewed as [B, H, L, D]
-  PaddedBSHD,  // BSHD with each row padded to a multiple of 8 elements plus 8
-  Interleaved  // k and v in one buffer [B, L, H, Dqk + Dv] (padded), v a view
+  BHSD,         // contiguous [B, H, L, D]
+  BSHD,         // contiguous [B, L, H, D] viewed as [B, H, L, D]
+  PaddedBSHD,   // BSHD with each row padded to a multiple of 8 elements plus 8
+  Interleaved,  // k and v in one buffer [B, L, H, Dqk + Dv] (padded), v a view
+  MlaAlias      // v a view of the first Dv columns of k (padded BSHD; Dv <= Dqk)
 };
 
 struct Case {
@@ -61,6 +62,7 @@ struct Case {
       << (layout == Layout::BHSD         ? "bhsd"
           : layout == Layout::BSHD       ? "bshd"
           : layout == Layout::PaddedBSHD ? "padded"
+          : layout == Layout::MlaAlias   ? "mla"
                                          : "interleaved");
     if (causal) s << (align == CausalAlign::TopLeft ? "_causalTL" : "_causalBR");
     if (window) s << "_win" << *window;
@@ -98,6 +100,7 @@ struct Outcome {
   int64_t unwritten = 0;        // output elements still poisoned (or NaN)
   int64_t padding_touched = 0;  // padding bytes of out that changed
   std::vector<double> out;      // the output [B, Hq, Lq, Dv] as computed, for cross-checks
+  std::string declined;         // Case::row's reason for not serving the case (nothing ran)
 };
 
 inline void cuda_ok(cudaError_t status, const char* what) {
@@ -178,6 +181,14 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
                    strides_for(Layout::BSHD, c.heads_kv, c.len_k, pitch), {});
     vh = kh;
     vh.data = k_buffer->host.data() + qk_pitch * elt;
+    vh.sizes[3] = c.head_dim_v;
+  } else if (c.layout == Layout::MlaAlias) {
+    k_buffer = std::make_unique<Buffer>(
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt);
+    fill(*k_buffer, c.dtype);
+    kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
+                   strides_for(Layout::BSHD, c.heads_kv, c.len_k, qk_pitch), {});
+    vh = kh;
     vh.sizes[3] = c.head_dim_v;
   } else {
     k_buffer = std::make_unique<Buffer>(
@@ -269,7 +280,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   };
   Tensors device{on_device(qh, q),
                  on_device(kh, *k_buffer),
-                 on_device(vh, c.layout == Layout::Interleaved ? *k_buffer : *v_buffer),
+                 on_device(vh, v_buffer ? *v_buffer : *k_buffer),
                  on_device(outh, out),
                  std::nullopt,
                  std::nullopt,
@@ -286,7 +297,10 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
       if (candidate.name == c.row) row = &candidate;
     if (row == nullptr) throw Error("fsdpa: test: no table row " + c.row);
     const detail::Verdict verdict = row->supports(problem, options);
-    if (!verdict.ok) throw Unsupported("fsdpa: " + c.row + " declined: " + verdict.reason);
+    if (!verdict.ok) {
+      outcome.declined = verdict.reason;
+      return outcome;
+    }
     Plan p = plan(problem, options);  // resolves scale and policy
     p.path = row->path;
     p.kernel = row->name;

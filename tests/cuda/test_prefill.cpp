@@ -42,11 +42,17 @@ void expect_case(const Case& c) {
   const Outcome unfused = run_case(unfused_case, unfused_inputs);
   EXPECT_EQ(unfused.unwritten, 0);
   EXPECT_LE(unfused.relative_error, tol);
+  int rows_run = 0;  // the wgmma row declines head dims above its buckets
   for (const std::string& row : prefill_rows(c.dtype)) {
     Case fused_case = c;
     fused_case.row = row;
     std::mt19937_64 fused_inputs = inputs;
     const Outcome fused = run_case(fused_case, fused_inputs);
+    if (!fused.declined.empty()) {
+      EXPECT_NE(row, prefill_rows(c.dtype).back()) << fused.declined;  // the last row serves all
+      continue;
+    }
+    ++rows_run;
     SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
     EXPECT_EQ(fused.plan.path, Path::FusedPrefill);
     EXPECT_EQ(fused.unwritten, 0);
@@ -56,6 +62,7 @@ void expect_case(const Case& c) {
     // No more than 2x the error of the unfused path at the same precision.
     EXPECT_LE(fused.relative_error, std::max(2.0 * unfused.relative_error, tol / 4));
   }
+  EXPECT_GE(rows_run, 1);
   rng = unfused_inputs;  // the next case draws fresh inputs
 }
 
@@ -115,6 +122,48 @@ std::vector<Case> awkward_cases() {
     c.head_dim_v = dv;
     cases.push_back(c);
   }
+  // Above 256: Dv in column slices, head dims on and between the buckets
+  // (300 and 440 pad to 320 and 448), Dqk > 256 with a narrow Dv, Dv > 256
+  // with a narrow Dqk, GQA, causal, the soft cap, f16 and bf16.
+  {
+    const std::pair<int64_t, int64_t> large[] = {{288, 288}, {300, 300}, {320, 320}, {384, 384},
+                                                 {440, 440}, {512, 512}, {576, 512}, {576, 64},
+                                                 {64, 512},  {288, 200}};
+    int k = 0;
+    for (auto [qk, dv] : large) {
+      Case c;
+      c.head_dim_qk = qk;
+      c.head_dim_v = dv;
+      c.dtype = k % 2 ? DType::F16 : DType::BF16;
+      c.len_q = k % 3 ? 131 : 17;
+      c.len_k = k % 3 ? 211 : 577;
+      c.heads_q = 4;
+      c.heads_kv = k % 2 ? 4 : 1;
+      c.causal = k % 2 == 0;
+      c.sinks = k % 3 == 1;
+      c.softcap = k % 4 == 3 ? 30.0 : 0.0;
+      cases.push_back(c);
+      ++k;
+    }
+  }
+  {  // MLA's absorbed prefill chunk: v a view of k's first 512 columns
+    Case c;
+    c.head_dim_qk = 576;
+    c.head_dim_v = 512;
+    c.layout = Layout::MlaAlias;
+    c.heads_q = 16;
+    c.heads_kv = 1;
+    c.len_q = 97;
+    c.len_k = 333;
+    c.causal = true;
+    cases.push_back(c);
+    c.mask = MaskKind::Boolean;  // and every semantic at once
+    c.fully_masked_rows = true;
+    c.sinks = true;
+    c.window = 50;
+    c.dtype = DType::F16;
+    cases.push_back(c);
+  }
   // Layouts: contiguous BHSD/BSHD where aligned, K/V interleaved in one buffer.
   for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::Interleaved}) {
     Case c;
@@ -133,12 +182,20 @@ std::vector<Case> awkward_cases() {
     c.kv_broadcast = true;
     cases.push_back(c);
   }
-  // f32: the exact SIMT path.
-  for (int64_t d : {1, 64, 72, 256}) {
+  // f32: the exact SIMT path, Dv above 256 in column slices too.
+  for (auto [qk, dv] : {std::pair<int64_t, int64_t>{1, 1},
+                        {64, 64},
+                        {72, 72},
+                        {256, 256},
+                        {288, 288},
+                        {576, 512},
+                        {100, 300}}) {
     Case c;
     c.dtype = DType::F32;
-    c.head_dim_qk = c.head_dim_v = d;
-    c.causal = d == 72;
+    c.head_dim_qk = qk;
+    c.head_dim_v = dv;
+    c.causal = qk == 72 || qk == 576;
+    c.sinks = qk == 288;
     cases.push_back(c);
   }
   return cases;
@@ -260,22 +317,48 @@ Options forced() {
   return o;
 }
 
-TEST(PrefillSelection, HeadDimAboveLargestBucketNamesTheLimit) {
+TEST(PrefillSelection, HeadDimAboveLargestFusedSizeNamesTheLimit) {
   try {
-    (void)plan(problem_of(288, 288), forced());
+    (void)plan(problem_of(1040, 1040), forced());
     FAIL() << "expected Unsupported";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("head_dim_qk=288 exceeds the largest prefill bucket 256"),
+    EXPECT_NE(std::string(e.what()).find("head_dim_qk=1040 exceeds the largest fused size 576"),
               std::string::npos)
         << e.what();
   }
   try {
-    (void)plan(problem_of(128, 320), forced());
+    (void)plan(problem_of(128, 520), forced());
     FAIL() << "expected Unsupported";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("head_dim_v=320 exceeds the largest prefill bucket 256"),
+    EXPECT_NE(std::string(e.what()).find("head_dim_v=520 exceeds the largest fused size 512"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// Dv above 256 runs in column slices on the mma.sync row; the wgmma row
+// names its limit; the plan shows the slices and the work ratio.
+TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
+  if (!compiled_exactly(512, 256) || !compiled_exactly(320, 160))
+    GTEST_SKIP() << "512/256 or 320/160 not compiled";
+  const Plan p = plan(problem_of(512, 512), forced());
+  EXPECT_EQ(p.path, Path::FusedPrefill);
+  EXPECT_EQ(p.kernel, "cuda_fused_prefill");
+  EXPECT_EQ(p.head_dim_qk_bucket, 512);
+  EXPECT_EQ(p.head_dim_v_bucket, 256);
+  EXPECT_EQ(p.num_v_slices, 2);
+  EXPECT_NEAR(p.pad_ratio, 1.5, 1e-12);
+  EXPECT_NE(p.explain().find("512/256 x 2 column slices"), std::string::npos) << p.explain();
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  const Plan between = plan(problem_of(300, 300), forced());
+  EXPECT_EQ(between.head_dim_qk_bucket, 320);
+  EXPECT_EQ(between.head_dim_v_bucket, 160);
+  EXPECT_NEAR(between.pad_ratio, 2.0 * 480 / 600, 1e-12);
+  for (const detail::KernelRow& row : detail::selection_table()) {
+    if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
+    const std::string reason = row.supports(problem_of(288, 288), forced()).reason;
+    EXPECT_NE(reason.find("the wgmma kernel's buckets end at 256/256"), std::string::npos)
+        << reason;
   }
 }
 

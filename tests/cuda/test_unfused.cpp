@@ -108,6 +108,30 @@ TEST_P(Unfused, MatchesReference) { expect_unfused(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Grid, Unfused, ::testing::ValuesIn(unfused_cases()),
                          [](const auto& test_info) { return test_info.param.name(); });
 
+// A million keys: one query row's scores are 6 MB (bf16), so the 768 MiB
+// budget takes 128 of the 200 rows a chunk, one (batch, head) matrix at a
+// time: four chunks, each through the same workspace. The window keeps the
+// float64 reference quick.
+TEST(UnfusedChunks, LongKeysRunInChunksOfQueryRows) {
+  Case c;
+  c.policy = Policy::Unfused;
+  c.layout = Layout::BHSD;
+  c.heads_q = 2;
+  c.heads_kv = 1;
+  c.len_q = 200;
+  c.len_k = 1000003;
+  c.head_dim_qk = c.head_dim_v = 16;
+  c.causal = true;
+  c.window = 1000;
+  c.sinks = true;
+  const Outcome o = run_case(c, test_rng());
+  EXPECT_EQ(o.plan.path, Path::Unfused);
+  EXPECT_LE(o.plan.workspace_bytes, size_t{1} << 30);
+  EXPECT_LE(o.relative_error, tolerance(c.dtype, false));
+  EXPECT_LE(o.lse_error, 1e-3);
+  EXPECT_EQ(o.unwritten, 0);
+}
+
 // Auto takes the unfused path where rows are not 16-byte aligned, and says why.
 TEST(UnfusedRouting, UnalignedRowsRunUnfusedUnderAuto) {
   Case c;

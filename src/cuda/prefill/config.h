@@ -3,6 +3,8 @@
 // (ptxas -v) and the H200 showed for it.
 #pragma once
 
+#include <cstdint>
+
 namespace fsdpa::detail::cuda {
 
 struct PrefillTile {
@@ -17,6 +19,38 @@ constexpr int max_bucket(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return head_dim_qk_bucket > head_dim_v_bucket ? head_dim_qk_bucket : head_dim_v_bucket;
 }
 
+// Opt-in shared memory per block: 227 KB on sm_90 (163 KB on sm_80, 99 KB on
+// sm_86/89). The large buckets are sized for sm_90; where a device allows
+// less, the row declines them and says so (prefill.cu's fits_shared_memory).
+constexpr int kSm90SharedBytes = 227 * 1024;
+
+// The most output columns one block holds (O in registers: Dv / 2 floats a
+// thread at 256 in the 16-bit kernels, Dv / 4 in the f32 one); a larger Dv
+// runs in column slices (PrefillParams::v_slices), each computing Q K^T anew.
+constexpr int kLargestVSlice = 256;
+
+constexpr int64_t v_slices_of(int64_t head_dim_v) {
+  return head_dim_v <= kLargestVSlice ? 1 : (head_dim_v + kLargestVSlice - 1) / kLargestVSlice;
+}
+// The columns one slice needs (the slices share Dv evenly).
+constexpr int64_t v_slice_columns(int64_t head_dim_v) {
+  return (head_dim_v + v_slices_of(head_dim_v) - 1) / v_slices_of(head_dim_v);
+}
+static_assert(v_slices_of(256) == 1 && v_slices_of(288) == 2 && v_slice_columns(288) == 144 &&
+                  v_slices_of(512) == 2 && v_slice_columns(512) == 256,
+              "Dv slices");
+
+constexpr int prefill_tile_q(const PrefillTile& t) { return t.warps * t.row_tiles * 16; }
+
+// Shared memory of one block: Q tile plus `stages` K and V tiles, each row
+// padded by 16 bytes so ldmatrix's 8 row addresses fall in distinct banks.
+constexpr int prefill_shared_bytes(const PrefillTile& t, int head_dim_qk_bucket,
+                                   int head_dim_v_bucket, int element_bytes) {
+  const int q = prefill_tile_q(t) * (head_dim_qk_bucket + 8);
+  const int kv = t.stages * t.tile_k * (head_dim_qk_bucket + 8 + head_dim_v_bucket + 8);
+  return (q + kv) * element_bytes;
+}
+
 // Measured on the H200 (bench/prefill_tune.cu, bf16 B=4 H=16 L=4096, TFLOP/s
 // non-causal/causal; 2026-11-29): see bench/NOTES.md "CUDA prefill".
 constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
@@ -28,7 +62,15 @@ constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket
   if (d <= 128) return {4, 2, 32, 3, 1};
   // <= 256: 236/213, vs 173/167 for 4 warps x 32 keys at 2 blocks/SM; O alone
   // is 128 registers at Dv=256, so one row tile per warp (243 registers).
-  return {8, 1, 64, 2, 1};
+  if (d <= 256) return {8, 1, 64, 2, 1};
+  // Dqk > 256 (Dv a slice of <= 256 columns): the <= 256 row's shape with the
+  // longest key tile whose 128-row Q tile and K/V stages fit sm_90's shared
+  // memory (Q alone is 74-146 KB at 288-576); not yet tuned.
+  constexpr PrefillTile kLarge[] = {{8, 1, 64, 2, 1}, {8, 1, 32, 2, 1}, {8, 1, 16, 3, 1}};
+  for (const PrefillTile& t : kLarge)
+    if (prefill_shared_bytes(t, head_dim_qk_bucket, head_dim_v_bucket, 2) <= kSm90SharedBytes)
+      return t;
+  return {8, 1, 16, 2, 1};
 }
 
 // A tile as one int, for kernel template arguments (nvcc 13's host stubs
@@ -38,17 +80,6 @@ constexpr int encode_tile(const PrefillTile& t) {
 }
 constexpr PrefillTile decode_tile(int code) {
   return {code & 63, code >> 6 & 15, code >> 10 & 1023, code >> 20 & 63, code >> 26 & 15};
-}
-
-constexpr int prefill_tile_q(const PrefillTile& t) { return t.warps * t.row_tiles * 16; }
-
-// Shared memory of one block: Q tile plus `stages` K and V tiles, each row
-// padded by 16 bytes so ldmatrix's 8 row addresses fall in distinct banks.
-constexpr int prefill_shared_bytes(const PrefillTile& t, int head_dim_qk_bucket,
-                                   int head_dim_v_bucket, int element_bytes) {
-  const int q = prefill_tile_q(t) * (head_dim_qk_bucket + 8);
-  const int kv = t.stages * t.tile_k * (head_dim_qk_bucket + 8 + head_dim_v_bucket + 8);
-  return (q + kv) * element_bytes;
 }
 
 constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket,
@@ -109,6 +140,9 @@ static_assert(decode_tile(encode_tile(PrefillTile{8, 2, 128, 4, 3})).tile_k == 1
               "tile code round trip");
 static_assert(prefill_shared_bytes(256, 256, 2) <= 227 * 1024, "256 bucket exceeds sm_90 smem");
 static_assert(prefill_shared_bytes(128, 128, 2) <= 227 * 1024, "128 bucket exceeds sm_90 smem");
+static_assert(prefill_shared_bytes(576, 256, 2) <= kSm90SharedBytes &&
+                  prefill_shared_bytes(512, 256, 2) <= kSm90SharedBytes,
+              "the largest buckets (576/256, 512/256) exceed sm_90 smem");
 static_assert(prefill_tile(64, 64).tile_k % 16 == 0 && prefill_tile(256, 256).tile_k % 16 == 0,
               "tile_k must be a multiple of the mma k step");
 static_assert(prefill_tile(64, 64).stages >= 2 && prefill_tile(128, 128).stages >= 2 &&

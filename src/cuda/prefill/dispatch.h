@@ -219,6 +219,42 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
 #else
     {192, 128, false, nullptr, nullptr, nullptr, nullptr},
 #endif
+#if defined(FSDPA_PREFILL_BUILT_288x144)
+    {288, 144, true, &launch_prefill<288, 144, __nv_bfloat16>, &launch_prefill<288, 144, __half>,
+     nullptr, nullptr},
+#else
+    {288, 144, false, nullptr, nullptr, nullptr, nullptr},
+#endif
+#if defined(FSDPA_PREFILL_BUILT_320x160)
+    {320, 160, true, &launch_prefill<320, 160, __nv_bfloat16>, &launch_prefill<320, 160, __half>,
+     nullptr, nullptr},
+#else
+    {320, 160, false, nullptr, nullptr, nullptr, nullptr},
+#endif
+#if defined(FSDPA_PREFILL_BUILT_384x192)
+    {384, 192, true, &launch_prefill<384, 192, __nv_bfloat16>, &launch_prefill<384, 192, __half>,
+     nullptr, nullptr},
+#else
+    {384, 192, false, nullptr, nullptr, nullptr, nullptr},
+#endif
+#if defined(FSDPA_PREFILL_BUILT_448x224)
+    {448, 224, true, &launch_prefill<448, 224, __nv_bfloat16>, &launch_prefill<448, 224, __half>,
+     nullptr, nullptr},
+#else
+    {448, 224, false, nullptr, nullptr, nullptr, nullptr},
+#endif
+#if defined(FSDPA_PREFILL_BUILT_512x256)
+    {512, 256, true, &launch_prefill<512, 256, __nv_bfloat16>, &launch_prefill<512, 256, __half>,
+     nullptr, nullptr},
+#else
+    {512, 256, false, nullptr, nullptr, nullptr, nullptr},
+#endif
+#if defined(FSDPA_PREFILL_BUILT_576x256)
+    {576, 256, true, &launch_prefill<576, 256, __nv_bfloat16>, &launch_prefill<576, 256, __half>,
+     nullptr, nullptr},
+#else
+    {576, 256, false, nullptr, nullptr, nullptr, nullptr},
+#endif
 };
 
 }  // namespace fsdpa::detail::cuda

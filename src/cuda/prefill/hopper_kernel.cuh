@@ -80,22 +80,22 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   // of tile j + 1 and V of tile j, which the next iteration needs (S of
   // j + 1 and P V of j). Prologue: Q, K of tile 0, V of tile 0, K of tile 1.
   auto load = [&](const TileMap& map, uint32_t destination, uint32_t barrier, int bytes,
-                  int columns, int rows, int row0, int head_index) {
+                  int columns, int rows, int row0, int head_index, int column0) {
     barrier_expect_bytes(barrier, bytes);
 #pragma unroll
     for (int panel = 0; panel * 64 < columns; ++panel)
-      tma_load_4d(destination + panel * rows * 128, &map.map, barrier, panel * 64, row0,
+      tma_load_4d(destination + panel * rows * 128, &map.map, barrier, column0 + panel * 64, row0,
                   head_index * map.head_step, batch * map.batch_step);
   };
   auto load_k = [&](int tile) {
     if (tile < num_tiles)
       load(maps.k, shared_k + tile % kStages * kKBytes, k_barrier(tile), kKBytes, kDqk, kTileK,
-           (tile_begin + tile) * kTileK, kv_head);
+           (tile_begin + tile) * kTileK, kv_head, 0);
   };
   auto load_v = [&](int tile) {
     if (tile < num_tiles)
       load(maps.v, shared_v + tile % kStages * kVBytes, v_barrier(tile), kVBytes, kDv, kTileK,
-           (tile_begin + tile) * kTileK, kv_head);
+           (tile_begin + tile) * kTileK, kv_head, block.v_column0);
   };
   if (issuer) {
     for (int b = 0; b < 1 + 2 * kStages; ++b) barrier_init(barriers + 8 * b);
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   }
   __syncthreads();
   if (issuer) {
-    load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head);
+    load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head, 0);
     load_k(0);
     load_v(0);
     load_k(1);
@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
     pin_registers(o[0]);
   }
 
-  store_rows<T>(o, row_max, row_sum, p, batch, head, row_of, quad);
+  store_rows<T>(o, row_max, row_sum, p, block, row_of, quad);
 #endif  // FSDPA_WGMMA_ARCH
 }
 
@@ -226,8 +226,8 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
       make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
                           params.v_strides, hopper_tile_k(kDqk, kDv))};
   const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
-  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
-                  static_cast<unsigned>(params.batch));
+  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   prefill_hopper_kernel<kDqk, kDv, T><<<grid, kThreads, kSharedBytes, stream>>>(params, maps);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }

@@ -91,6 +91,30 @@ extern template void launch_prefill<96, 64, __half>(const PrefillParams&, cudaSt
 extern template void launch_prefill<192, 128, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
 extern template void launch_prefill<192, 128, __half>(const PrefillParams&, cudaStream_t);
 #endif
+#if defined(FSDPA_PREFILL_BUILT_288x144)
+extern template void launch_prefill<288, 144, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<288, 144, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_320x160)
+extern template void launch_prefill<320, 160, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<320, 160, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_384x192)
+extern template void launch_prefill<384, 192, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<384, 192, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_448x224)
+extern template void launch_prefill<448, 224, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<448, 224, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_512x256)
+extern template void launch_prefill<512, 256, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<512, 256, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_576x256)
+extern template void launch_prefill<576, 256, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+extern template void launch_prefill<576, 256, __half>(const PrefillParams&, cudaStream_t);
+#endif
 #if defined(FSDPA_PREFILL_BUILT_16x16) && defined(FSDPA_WGMMA_KERNELS)
 extern template void launch_prefill_hopper<16, 16, __nv_bfloat16>(const PrefillParams&,
                                                                   cudaStream_t);

@@ -58,7 +58,8 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 
   const T* q_base = static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
   const T* k_base = static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
-  const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1];
+  const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] +
+                    block.v_column0;
 
   // Row of this thread's accumulator half r of row tile m.
   auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
     cp_async_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
                                                     p.k_strides[2], k0, len_k, p.head_dim_qk);
     cp_async_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
-                                                   p.v_strides[2], k0, len_k, p.head_dim_v);
+                                                   p.v_strides[2], k0, len_k, block.v_columns);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   }
   cp_async_wait<0>();
 
-  store_rows<T>(o, row_max, row_sum, p, batch, head, row_of, quad);
+  store_rows<T>(o, row_max, row_sum, p, block, row_of, quad);
 }
 
 // Checks the compiled limits, then launches one (bucket, dtype, tile) kernel.
@@ -183,8 +184,8 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
   prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill");
   const int64_t q_blocks =
       (params.semantics.len_q + prefill_tile_q(kTile) - 1) / prefill_tile_q(kTile);
-  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
-                  static_cast<unsigned>(params.batch));
+  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   prefill_kernel<kDqk, kDv, T, kTileCode><<<grid, kThreads, kSharedBytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }

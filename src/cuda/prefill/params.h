@@ -25,6 +25,12 @@ struct PrefillParams {
   int kv_group_size = 1;  // heads_q / heads_kv
   int head_dim_qk = 0;
   int head_dim_v = 0;
+  // Dv in column slices, one block each (a Dv above what one block's
+  // registers hold): slice s covers columns
+  // [s * v_slice_width, min((s + 1) * v_slice_width, head_dim_v)), and
+  // v_slice_width is at most the kernel's Dv bucket. 1 slice for Dv <= 256.
+  int v_slices = 1;
+  int v_slice_width = 0;
   float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
   MaskSemantics semantics;
 };

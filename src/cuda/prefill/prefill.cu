@@ -28,18 +28,22 @@ namespace fsdpa::detail::cuda {
 namespace {
 
 constexpr int kBucketStep = 16;  // the mma k step
-constexpr int kLargestBucket = 256;
+// The fused sizes of DESIGN §3: every Dqk <= 576 and Dv <= 512.
+constexpr int kLargestHeadDimQk = 576;
+constexpr int kLargestHeadDimV = 512;
+// The wgmma kernel's pairs (generate_instances.py's WGMMA_LARGEST).
+constexpr int kLargestWgmmaBucket = 256;
 
 int64_t bucket_of(int64_t head_dim) {
   const int64_t rounded = (head_dim + kBucketStep - 1) / kBucketStep * kBucketStep;
   return rounded < kBucketStep ? kBucketStep : rounded;
 }
 
-// The smallest compiled pair covering both head dims (by bucket_qk + bucket_v,
-// the cost of a row); nullptr when none. The wgmma kernel is built for the
-// same pairs as the mma.sync one, or for none.
+// The smallest compiled pair covering Dqk and one column slice of Dv (by
+// bucket_qk + bucket_v, the cost of a row); nullptr when none. The wgmma
+// kernel is built for the pairs up to 256/256 or for none.
 const PrefillInstance* find_instance(int64_t head_dim_qk, int64_t head_dim_v) {
-  const int64_t qk = bucket_of(head_dim_qk), dv = bucket_of(head_dim_v);
+  const int64_t qk = bucket_of(head_dim_qk), dv = bucket_of(v_slice_columns(head_dim_v));
   const PrefillInstance* best = nullptr;
   for (const PrefillInstance& instance : kPrefillInstances) {
     if (!instance.compiled || instance.head_dim_qk_bucket < qk || instance.head_dim_v_bucket < dv)
@@ -71,12 +75,12 @@ Verdict prefill_layout_and_size(const Problem& p) {
     return Verdict::no(
         "rows must have stride 1 and 16-byte alignment (q, k, v and out: last-dimension stride "
         "1, base pointer and every other stride a multiple of 16 bytes)");
-  if (p.head_dim_qk > kLargestBucket)
-    return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) +
-                       " exceeds the largest prefill bucket " + str(kLargestBucket));
-  if (p.head_dim_v > kLargestBucket)
-    return Verdict::no("head_dim_v=" + str(p.head_dim_v) + " exceeds the largest prefill bucket " +
-                       str(kLargestBucket));
+  if (p.head_dim_qk > kLargestHeadDimQk)
+    return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) + " exceeds the largest fused size " +
+                       str(kLargestHeadDimQk));
+  if (p.head_dim_v > kLargestHeadDimV)
+    return Verdict::no("head_dim_v=" + str(p.head_dim_v) + " exceeds the largest fused size " +
+                       str(kLargestHeadDimV));
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   if (p.len_q > kIntMax || p.len_k > kIntMax)
     return Verdict::no("len_q=" + str(p.len_q) + ", len_k=" + str(p.len_k) +
@@ -96,7 +100,11 @@ Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
   if (find_instance(p.head_dim_qk, p.head_dim_v) == nullptr)
     return Verdict::no(
         "head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
-        " need bucket " + str(bucket_of(p.head_dim_qk)) + "/" + str(bucket_of(p.head_dim_v)) +
+        " need bucket " + str(bucket_of(p.head_dim_qk)) + "/" +
+        str(bucket_of(v_slice_columns(p.head_dim_v))) +
+        (v_slices_of(p.head_dim_v) > 1
+             ? " (Dv in " + str(v_slices_of(p.head_dim_v)) + " column slices)"
+             : std::string()) +
         ", which is not compiled into this build (FSDPA_HEAD_DIMS=" + FSDPA_HEAD_DIMS_STRING ")");
   return Verdict::yes();
 }
@@ -110,7 +118,10 @@ Verdict fits_shared_memory(const Problem& p, const PrefillInstance& instance, si
                      " allows " + str(info.shared_memory_per_block_optin));
 }
 
-// The plan facts both 16-bit rows share; the tile is the row's own.
+// The plan facts both 16-bit rows share; the tile is the row's own. The pad
+// ratio counts the work a row does against the work its head dims need: with
+// Dv in column slices every slice computes Q K^T again, so 512/512 in two
+// 256-column slices does (512 + 256) x 2 for 1024, a ratio of 1.5.
 void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_k) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
@@ -118,9 +129,11 @@ void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   plan.head_dim_qk_bucket = instance->head_dim_qk_bucket;
   plan.head_dim_v_bucket = instance->head_dim_v_bucket;
+  plan.num_v_slices = v_slices_of(p.head_dim_v);
   const int64_t dims = p.head_dim_qk + p.head_dim_v;
   plan.pad_ratio = dims > 0
-                       ? static_cast<double>(plan.head_dim_qk_bucket + plan.head_dim_v_bucket) /
+                       ? static_cast<double>((plan.head_dim_qk_bucket + plan.head_dim_v_bucket) *
+                                             plan.num_v_slices) /
                              static_cast<double>(dims)
                        : 1.0;
   plan.tile_q = tile_q;
@@ -154,6 +167,10 @@ void prefill_configure(const Problem& p, Plan& plan) {
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
+  if (p.head_dim_qk > kLargestWgmmaBucket || p.head_dim_v > kLargestWgmmaBucket)
+    return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
+                       ": the wgmma kernel's buckets end at " + str(kLargestWgmmaBucket) + "/" +
+                       str(kLargestWgmmaBucket));
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance->hopper_bf16 == nullptr)
     return Verdict::no(std::string("the wgmma kernel is not built: FSDPA_CUDA_ARCHS=") +
@@ -196,6 +213,11 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   params.kv_group_size = static_cast<int>(p.heads_q / p.heads_kv);
   params.head_dim_qk = static_cast<int>(p.head_dim_qk);
   params.head_dim_v = static_cast<int>(p.head_dim_v);
+  params.v_slices = static_cast<int>(plan.num_v_slices);
+  // The 16-bit kernels step by their Dv bucket, the f32 one (runtime head
+  // dims) by the columns a slice needs.
+  params.v_slice_width = static_cast<int>(
+      plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket : v_slice_columns(p.head_dim_v));
   params.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
   params.semantics = make_mask_semantics(p, plan.options, t);
   return params;
@@ -248,6 +270,7 @@ void prefill_f32_configure(const Problem& p, Plan& plan) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
   simt_f32_configure(p, plan);
+  plan.num_v_slices = v_slices_of(p.head_dim_v);
 }
 
 void prefill_f32_launch(const Plan& plan, const Tensors& t, void*, void* stream) {

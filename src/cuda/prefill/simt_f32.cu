@@ -7,6 +7,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/softmax.cuh"
+#include "cuda/prefill/config.h"
 #include "cuda/prefill/simt_f32.h"
 
 namespace fsdpa::detail::cuda {
@@ -17,8 +18,7 @@ constexpr int kRows = 32;        // query rows per block
 constexpr int kKeys = 32;        // keys per tile
 constexpr int kLanesPerRow = 4;  // one quad per row: quad shuffles reduce a row
 constexpr int kThreads = kRows * kLanesPerRow;
-constexpr int kMaxHeadDim = 256;
-constexpr int kColumnsPerLane = kMaxHeadDim / kLanesPerRow;
+constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
 constexpr int kKeysPerLane = kKeys / kLanesPerRow;
 static_assert(kThreads == 128 && kKeys % kLanesPerRow == 0, "quad layout");
 
@@ -32,7 +32,10 @@ size_t shared_bytes(int head_dim_qk, int head_dim_v) {
 __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams p) {
   constexpr float kMinusInf = -__builtin_huge_valf();
   extern __shared__ float shared[];
-  const int dqk = p.head_dim_qk, dv = p.head_dim_v;
+  // This block's column slice of Dv (PrefillParams::v_slices).
+  const int row_blocks = static_cast<int>(gridDim.x) / p.v_slices;
+  const int column0 = static_cast<int>(blockIdx.x) % p.v_slices * p.v_slice_width;
+  const int dqk = p.head_dim_qk, dv = min(p.v_slice_width, p.head_dim_v - column0);
   float* shared_q = shared;
   float* shared_k = shared_q + kRows * (dqk + 1);
   float* shared_v = shared_k + kKeys * (dqk + 1);
@@ -41,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   const int tid = static_cast<int>(threadIdx.x);
   const int local_row = tid / kLanesPerRow;
   const int lane_in_row = tid % kLanesPerRow;
-  const int q_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int q_block = row_blocks - 1 - static_cast<int>(blockIdx.x) / p.v_slices;
   const int head = static_cast<int>(blockIdx.y);
   const int batch = static_cast<int>(blockIdx.z);
   const int kv_head = head / p.kv_group_size;
@@ -55,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   const float* k_base =
       static_cast<const float*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
   const float* v_base =
-      static_cast<const float*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1];
+      static_cast<const float*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] + column0;
 
   for (int i = tid; i < kRows * dqk; i += kThreads) {
     const int r = i / dqk, d = i % dqk;
@@ -147,14 +150,14 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   }
   if (row >= len_q) return;
   float* out_row = static_cast<float*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
-                   static_cast<int64_t>(row) * p.out_strides[2];
+                   static_cast<int64_t>(row) * p.out_strides[2] + column0;
 #pragma unroll
   for (int w = 0; w < kColumnsPerLane; ++w) {
     const int col = lane_in_row + kLanesPerRow * w;
     if (col >= dv) break;
     out_row[col] = o[w] * inverse;
   }
-  if (p.lse != nullptr && lane_in_row == 0)
+  if (p.lse != nullptr && lane_in_row == 0 && column0 == 0)
     p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
 }
 
@@ -163,8 +166,8 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
 Verdict simt_f32_supports(const Problem& problem, const Options&) {
   if (has_device(problem.device.index)) {
     const DeviceInfo& info = device_info(problem.device.index);
-    const size_t needed =
-        shared_bytes(static_cast<int>(problem.head_dim_qk), static_cast<int>(problem.head_dim_v));
+    const size_t needed = shared_bytes(static_cast<int>(problem.head_dim_qk),
+                                       static_cast<int>(v_slice_columns(problem.head_dim_v)));
     if (needed > info.shared_memory_per_block_optin)
       return Verdict::no("f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
                          ", head_dim_v=" + std::to_string(problem.head_dim_v) + " needs " +
@@ -184,12 +187,12 @@ void simt_f32_configure(const Problem&, Plan& plan) {
 }
 
 void simt_f32_launch(const PrefillParams& params, cudaStream_t stream) {
-  const size_t bytes = shared_bytes(params.head_dim_qk, params.head_dim_v);
+  const size_t bytes = shared_bytes(params.head_dim_qk, params.v_slice_width);
   const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel);
   prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill_f32");
   const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(params.heads_q),
-                  static_cast<unsigned>(params.batch));
+  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+                  static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   simt_f32_kernel<<<grid, kThreads, bytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }

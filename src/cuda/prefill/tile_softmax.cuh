@@ -22,12 +22,16 @@ constexpr float kMinusInf = -__builtin_huge_valf();
 // max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
 constexpr float kRescaleSlack = 8.0f;
 
-// One block's query rows [q0, q0 + tile_q) of one (batch, head), and the key
-// tiles [tile_begin, tile_begin + num_tiles) of tile_k keys that any of its
-// rows sees (causal and window skipping: begin and end are monotone in the
-// row). Heavy causal blocks (late query rows) run first: better tail balance.
+// One block's query rows [q0, q0 + tile_q) of one (batch, head), its output
+// columns [v_column0, v_column0 + v_columns) (the whole Dv but for column
+// slices: PrefillParams::v_slices), and the key tiles
+// [tile_begin, tile_begin + num_tiles) of tile_k keys that any of its rows
+// sees (causal and window skipping: begin and end are monotone in the row).
+// Heavy causal blocks (late query rows) run first: better tail balance; the
+// slices of one row block run side by side, so they share its K tiles in L2.
 struct PrefillBlock {
   int head, batch, kv_head, q0;
+  int v_column0, v_columns;
   DeviceKeyRange first_range, last_range;  // visible keys of the first and last row
   int tile_begin, num_tiles;
 };
@@ -35,7 +39,11 @@ struct PrefillBlock {
 __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, int tile_q,
                                                       int tile_k) {
   PrefillBlock b;
-  b.q0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * tile_q;
+  const int row_blocks = static_cast<int>(gridDim.x) / p.v_slices;
+  const int slice = static_cast<int>(blockIdx.x) % p.v_slices;
+  b.q0 = (row_blocks - 1 - static_cast<int>(blockIdx.x) / p.v_slices) * tile_q;
+  b.v_column0 = slice * p.v_slice_width;
+  b.v_columns = min(p.v_slice_width, p.head_dim_v - b.v_column0);
   b.head = static_cast<int>(blockIdx.y);
   b.batch = static_cast<int>(blockIdx.z);
   b.kv_head = b.head / p.kv_group_size;
@@ -167,17 +175,21 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kK
 }
 
 // The epilogue: the sink joins the denominator, then O is normalized and
-// stored (masked to the real Dv and rows), and the LSE written if asked.
+// stored (masked to the block's real columns and rows), and the LSE written
+// if asked (by the first column slice only: every slice has the same row
+// statistics).
 template <typename T, int kRowTiles, int kDvTiles, typename RowOf>
 __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles][4],
                                            const float (&row_max)[kRowTiles][2],
                                            const float (&row_sum)[kRowTiles][2],
-                                           const PrefillParams& p, int batch, int head,
+                                           const PrefillParams& p, const PrefillBlock& block,
                                            const RowOf& row_of, int quad) {
   const MaskSemantics& sem = p.semantics;
   const int len_q = static_cast<int>(sem.len_q);
+  const int batch = block.batch, head = block.head, columns = block.v_columns;
   const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
-  T* out_base = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1];
+  T* out_base =
+      static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + block.v_column0;
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -200,13 +212,13 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
         const int col = n * 8 + 2 * quad;
         const float x0 = o[m][n][2 * r] * inverse;
         const float x1 = o[m][n][2 * r + 1] * inverse;
-        if (col + 1 < p.head_dim_v) {
+        if (col + 1 < columns) {
           *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
-        } else if (col < p.head_dim_v) {
+        } else if (col < columns) {
           out_row[col] = from_float<T>(x0);
         }
       }
-      if (p.lse != nullptr && quad == 0)
+      if (p.lse != nullptr && quad == 0 && block.v_column0 == 0)
         p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
     }
 }

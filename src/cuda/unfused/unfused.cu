@@ -1,12 +1,15 @@
 // The CUDA unfused path: S = scale * Q K^T (cuBLAS, f32 scores), a
-// masked-softmax kernel (causal/window, array masks, sinks, LSE, fully masked
-// rows) writing P in the input dtype, O = P V (cuBLAS). It materializes the
-// scores: the A/B baseline and the rollback lever (Policy::Unfused).
+// masked-softmax kernel (soft cap, causal/window, array masks, sinks, LSE,
+// fully masked rows) writing P in the input dtype, O = P V (cuBLAS). It
+// materializes the scores: the A/B baseline and the rollback lever
+// (Policy::Unfused). It does so for a chunk of query rows at a time, so its
+// workspace stays under kChunkBudgetBytes plus cuBLAS's at any length.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -29,18 +32,42 @@ constexpr size_t kAlignment = 256;
 // stays capturable in a CUDA graph).
 constexpr size_t kCublasWorkspaceBytes = size_t{4} << 20;
 constexpr int kSoftmaxThreads = 256;
+// The scores and probabilities of one chunk of query rows: at most this many
+// bytes, unless a single query row of a single (batch, head) needs more.
+constexpr int64_t kChunkBudgetBytes = int64_t{768} << 20;
+// (batch, head) matrices of one chunk at most: bounds the pointer arrays.
+constexpr int64_t kChunkMatrices = 65536;
 
 size_t align_up(size_t x) { return (x + kAlignment - 1) / kAlignment * kAlignment; }
+
+// The work in chunks: `matrices` (batch, head) pairs x `rows` query rows
+// each (the last chunk of either may be shorter).
+struct Chunk {
+  int64_t matrices = 1, rows = 1;
+};
+
+Chunk chunk_of(const Problem& p) {
+  const int64_t matrices = p.batch * p.heads_q;
+  const int64_t per_score =
+      static_cast<int64_t>(sizeof(float) + (p.dtype == DType::F32 ? 0 : element_size(p.dtype)));
+  const int64_t row_bytes = std::max<int64_t>(p.len_k, 1) * per_score;
+  const int64_t rows_in_budget = std::max<int64_t>(kChunkBudgetBytes / row_bytes, 1);
+  Chunk c;
+  c.rows = std::max<int64_t>(std::min(p.len_q, rows_in_budget), 1);
+  c.matrices = std::clamp<int64_t>(rows_in_budget / c.rows, 1, std::min(matrices, kChunkMatrices));
+  return c;
+}
 
 struct Layout {
   size_t cublas = 0, pointers = 0, scores = 0, probabilities = 0, total = 0;
 };
 
-// [cuBLAS workspace][6 pointer arrays][f32 scores][P in the input dtype]
-// (f32 inputs: P overwrites the scores in place).
+// [cuBLAS workspace][6 pointer arrays][f32 scores][P in the input dtype],
+// each for one chunk (f32 inputs: P overwrites the scores in place).
 Layout workspace_layout(const Problem& p) {
-  const size_t matrices = static_cast<size_t>(p.batch * p.heads_q);
-  const size_t elements = matrices * static_cast<size_t>(p.len_q) * static_cast<size_t>(p.len_k);
+  const Chunk chunk = chunk_of(p);
+  const size_t matrices = static_cast<size_t>(chunk.matrices);
+  const size_t elements = matrices * static_cast<size_t>(chunk.rows) * static_cast<size_t>(p.len_k);
   Layout l;
   l.cublas = 0;
   l.pointers = align_up(kCublasWorkspaceBytes);
@@ -133,6 +160,7 @@ struct PointerArrays {
   void** out;
 };
 
+// The matrices [matrix0, matrix0 + count) of a chunk, from query row row0.
 struct PointerSources {
   const char* q;
   const char* k;
@@ -140,21 +168,23 @@ struct PointerSources {
   char* scores;
   char* probabilities;
   char* out;
-  int64_t q_strides[2], k_strides[2], v_strides[2], out_strides[2];  // bytes: batch, head
+  int64_t q_strides[3], k_strides[2], v_strides[2], out_strides[3];  // bytes: batch, head, row
   int64_t matrix_bytes_scores, matrix_bytes_probabilities;
+  int64_t matrix0, row0;
   int heads_q, kv_group_size, count;
 };
 
 __global__ void build_pointers(PointerArrays a, PointerSources s) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= s.count) return;
-  const int64_t b = i / s.heads_q, h = i % s.heads_q, hk = h / s.kv_group_size;
-  a.q[i] = s.q + b * s.q_strides[0] + h * s.q_strides[1];
+  const int64_t matrix = s.matrix0 + i;
+  const int64_t b = matrix / s.heads_q, h = matrix % s.heads_q, hk = h / s.kv_group_size;
+  a.q[i] = s.q + b * s.q_strides[0] + h * s.q_strides[1] + s.row0 * s.q_strides[2];
   a.k[i] = s.k + b * s.k_strides[0] + hk * s.k_strides[1];
   a.v[i] = s.v + b * s.v_strides[0] + hk * s.v_strides[1];
   a.scores[i] = s.scores + i * s.matrix_bytes_scores;
   a.probabilities[i] = s.probabilities + i * s.matrix_bytes_probabilities;
-  a.out[i] = s.out + b * s.out_strides[0] + h * s.out_strides[1];
+  a.out[i] = s.out + b * s.out_strides[0] + h * s.out_strides[1] + s.row0 * s.out_strides[2];
 }
 
 template <typename T>
@@ -176,22 +206,27 @@ __device__ __forceinline__ void combine(float& max, float& sum, float other_max,
 }
 
 struct SoftmaxParams {
-  float* scores;        // [matrices, len_q, len_k], already scaled
+  float* scores;        // [chunk matrices, chunk rows, len_k], already scaled
   void* probabilities;  // same shape, input dtype (aliases scores for f32)
   float* lse;           // may be null
   int64_t lse_strides[3];
+  int64_t matrix0, row0;  // the chunk's first (batch, head) matrix and query row
+  int64_t chunk_rows;     // the row stride of a matrix in scores (rows of a full chunk)
+  int64_t rows;           // query rows of each matrix in this chunk
   int heads_q;
   MaskSemantics semantics;
 };
 
-// One block per query row: mask, (max, sum) in one pass, P in a second.
+// One block per query row of the chunk: soft cap, mask, (max, sum) in one
+// pass, P in a second.
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads) masked_softmax(const SoftmaxParams p) {
   constexpr float kMinusInf = -__builtin_huge_valf();
   const MaskSemantics& sem = p.semantics;
-  const int64_t len_q = sem.len_q, len_k = sem.len_k;
-  const int64_t row_id = blockIdx.x;
-  const int64_t matrix = row_id / len_q, row = row_id % len_q;
+  const int64_t len_k = sem.len_k;
+  const int64_t local_matrix = blockIdx.x / p.rows, local_row = blockIdx.x % p.rows;
+  const int64_t row_id = local_matrix * p.chunk_rows + local_row;
+  const int64_t matrix = p.matrix0 + local_matrix, row = p.row0 + local_row;
   const int64_t batch = matrix / p.heads_q, head = matrix % p.heads_q;
   float* scores = p.scores + row_id * len_k;
   T* probabilities = static_cast<T*>(p.probabilities) + row_id * len_k;
@@ -254,25 +289,41 @@ __global__ void zero_output(T* out, int64_t heads, int64_t len_q, int64_t head_d
 }
 
 template <typename T>
-void launch_softmax_and_zero(const SoftmaxParams& params, int64_t rows, const Problem& problem,
-                             const Tensors& t, bool zero_out, cudaStream_t stream) {
-  if (rows > 0) {
-    prepare_launch(reinterpret_cast<const void*>(&masked_softmax<T>), kSoftmaxThreads, 0,
-                   "cuda_unfused_cublas (softmax)");
-    masked_softmax<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(params);
-    FSDPA_CUDA_CHECK(cudaGetLastError());
+void launch_softmax(const SoftmaxParams& params, int64_t rows, cudaStream_t stream) {
+  if (rows == 0) return;
+  prepare_launch(reinterpret_cast<const void*>(&masked_softmax<T>), kSoftmaxThreads, 0,
+                 "cuda_unfused_cublas (softmax)");
+  masked_softmax<T><<<static_cast<unsigned>(rows), kSoftmaxThreads, 0, stream>>>(params);
+  FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <typename T>
+void launch_zero(const Problem& problem, const Tensors& t, cudaStream_t stream) {
+  const int64_t count = problem.batch * problem.heads_q * problem.len_q * problem.head_dim_v;
+  if (count == 0) return;
+  const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65535);
+  prepare_launch(reinterpret_cast<const void*>(&zero_output<T>), 256, 0,
+                 "cuda_unfused_cublas (zero output)");
+  zero_output<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      static_cast<T*>(t.out.data), problem.heads_q, problem.len_q, problem.head_dim_v,
+      t.out.strides[0], t.out.strides[1], t.out.strides[2], t.out.strides[3], count);
+  FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
+// Calls f.template operator()<T>() for the storage type of the call's dtype.
+template <typename F>
+void with_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::F16:
+      return f.template operator()<__half>();
+    case DType::BF16:
+      return f.template operator()<__nv_bfloat16>();
+    case DType::F32:
+      return f.template operator()<float>();
+    case DType::Bool:
+      break;
   }
-  if (zero_out) {
-    const int64_t count = problem.batch * problem.heads_q * problem.len_q * problem.head_dim_v;
-    if (count == 0) return;
-    const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65535);
-    prepare_launch(reinterpret_cast<const void*>(&zero_output<T>), 256, 0,
-                   "cuda_unfused_cublas (zero output)");
-    zero_output<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        static_cast<T*>(t.out.data), problem.heads_q, problem.len_q, problem.head_dim_v,
-        t.out.strides[0], t.out.strides[1], t.out.strides[2], t.out.strides[3], count);
-    FSDPA_CUDA_CHECK(cudaGetLastError());
-  }
+  throw Error(std::string("fsdpa: internal: unfused path for dtype ") + to_string(dtype));
 }
 
 }  // namespace
@@ -303,6 +354,7 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
   if (rows == 0) return;
   const auto stream = static_cast<cudaStream_t>(stream_pointer);
   const Layout layout = workspace_layout(p);
+  const Chunk chunk = chunk_of(p);
   char* base = static_cast<char*>(workspace);
   float* scores = reinterpret_cast<float*>(base + layout.scores);
   void* probabilities = base + layout.probabilities;
@@ -323,9 +375,10 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
                         std::to_string(t.out.strides[3]));
   }
 
-  // cuBLAS state and the per-matrix pointer arrays, when a GEMM runs.
+  // cuBLAS state and the per-matrix pointer arrays (one chunk's), when a GEMM runs.
   cublasHandle_t handle = nullptr;
   PointerArrays arrays{};
+  PointerSources sources{};
   cudaDataType_t type = cuda_type(p.dtype);
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   const float alpha_scores = static_cast<float>(plan.scale), one = 1.0f, zero = 0.0f;
@@ -333,36 +386,33 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
     int device = 0;
     FSDPA_CUDA_CHECK(cudaGetDevice(&device));
     auto** slots = reinterpret_cast<void**>(base + layout.pointers);
+    const int64_t m = chunk.matrices;
     arrays.q = const_cast<const void**>(slots);
-    arrays.k = const_cast<const void**>(slots + matrices);
-    arrays.v = const_cast<const void**>(slots + 2 * matrices);
-    arrays.scores = slots + 3 * matrices;
-    arrays.probabilities = slots + 4 * matrices;
-    arrays.out = slots + 5 * matrices;
-    PointerSources sources{};
+    arrays.k = const_cast<const void**>(slots + m);
+    arrays.v = const_cast<const void**>(slots + 2 * m);
+    arrays.scores = slots + 3 * m;
+    arrays.probabilities = slots + 4 * m;
+    arrays.out = slots + 5 * m;
     sources.q = static_cast<const char*>(t.q.data);
     sources.k = static_cast<const char*>(t.k.data);
     sources.v = static_cast<const char*>(t.v.data);
     sources.scores = reinterpret_cast<char*>(scores);
     sources.probabilities = static_cast<char*>(probabilities);
     sources.out = static_cast<char*>(t.out.data);
-    for (int d = 0; d < 2; ++d) {
+    for (int d = 0; d < 3; ++d) {
       sources.q_strides[d] = t.q.strides[d] * static_cast<int64_t>(elt);
-      sources.k_strides[d] = t.k.strides[d] * static_cast<int64_t>(elt);
-      sources.v_strides[d] = t.v.strides[d] * static_cast<int64_t>(elt);
       sources.out_strides[d] = t.out.strides[d] * static_cast<int64_t>(elt);
     }
-    sources.matrix_bytes_scores = p.len_q * p.len_k * static_cast<int64_t>(sizeof(float));
-    sources.matrix_bytes_probabilities = p.len_q * p.len_k * static_cast<int64_t>(elt);
+    for (int d = 0; d < 2; ++d) {
+      sources.k_strides[d] = t.k.strides[d] * static_cast<int64_t>(elt);
+      sources.v_strides[d] = t.v.strides[d] * static_cast<int64_t>(elt);
+    }
+    sources.matrix_bytes_scores = chunk.rows * p.len_k * static_cast<int64_t>(sizeof(float));
+    sources.matrix_bytes_probabilities = chunk.rows * p.len_k * static_cast<int64_t>(elt);
     sources.heads_q = static_cast<int>(p.heads_q);
     sources.kv_group_size = static_cast<int>(p.heads_q / p.heads_kv);
-    sources.count = static_cast<int>(matrices);
     prepare_launch(reinterpret_cast<const void*>(&build_pointers), 256, 0,
                    "cuda_unfused_cublas (pointers)");
-    build_pointers<<<static_cast<unsigned>((matrices + 255) / 256), 256, 0, stream>>>(arrays,
-                                                                                      sources);
-    FSDPA_CUDA_CHECK(cudaGetLastError());
-
     handle = cublas_handle(device);
     check_cublas(cublasSetStream(handle, stream), "cublasSetStream");
     check_cublas(cublasSetWorkspace(handle, base + layout.cublas, kCublasWorkspaceBytes),
@@ -370,59 +420,66 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
     if (p.dtype == DType::F32 && plan.options.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
 
-  if (scores_gemm) {
-    // Column-major view: S^T [Lk x Lq] = K [Lk x Dqk] * Q^T [Dqk x Lq].
-    check_cublas(
-        cublasGemmBatchedEx(handle, k_op.row_major ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            q_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T, static_cast<int>(p.len_k),
-                            static_cast<int>(p.len_q), static_cast<int>(p.head_dim_qk),
-                            &alpha_scores, arrays.k, type, static_cast<int>(k_op.ld), arrays.q,
-                            type, static_cast<int>(q_op.ld), &zero, arrays.scores, CUDA_R_32F,
-                            static_cast<int>(p.len_k), static_cast<int>(matrices), compute,
-                            CUBLAS_GEMM_DEFAULT),
-        "cublasGemmBatchedEx(scores)");
-  } else if (p.len_k > 0) {
-    // No q.k to compute (Dqk == 0): every visible score is 0.
-    FSDPA_CUDA_CHECK(
-        cudaMemsetAsync(scores, 0, static_cast<size_t>(rows * p.len_k) * sizeof(float), stream));
-  }
-
-  // Without the second GEMM (Lk == 0 or Dv == 0) nothing writes out: the
-  // softmax launch zeroes it.
   SoftmaxParams softmax{};
   softmax.scores = scores;
   softmax.probabilities = probabilities;
   softmax.heads_q = static_cast<int>(p.heads_q);
+  softmax.chunk_rows = chunk.rows;
   softmax.semantics = make_mask_semantics(p, plan.options, t);
   if (t.lse) {
     softmax.lse = static_cast<float*>(t.lse->data);
     for (int d = 0; d < 3; ++d) softmax.lse_strides[d] = t.lse->strides[d];
   }
-  switch (p.dtype) {
-    case DType::F16:
-      launch_softmax_and_zero<__half>(softmax, rows, p, t, !output_gemm, stream);
-      break;
-    case DType::BF16:
-      launch_softmax_and_zero<__nv_bfloat16>(softmax, rows, p, t, !output_gemm, stream);
-      break;
-    case DType::F32:
-      launch_softmax_and_zero<float>(softmax, rows, p, t, !output_gemm, stream);
-      break;
-    default:
-      throw Error(std::string("fsdpa: internal: unfused softmax for dtype ") + to_string(p.dtype));
-  }
 
-  if (output_gemm) {
-    // Column-major view: O^T [Dv x Lq] = V^T [Dv x Lk] * P^T [Lk x Lq].
-    check_cublas(cublasGemmBatchedEx(handle, v_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
-                                     CUBLAS_OP_N, static_cast<int>(p.head_dim_v),
-                                     static_cast<int>(p.len_q), static_cast<int>(p.len_k), &one,
-                                     arrays.v, type, static_cast<int>(v_op.ld),
-                                     arrays.probabilities, type, static_cast<int>(p.len_k), &zero,
-                                     arrays.out, type, static_cast<int>(out_op.ld),
-                                     static_cast<int>(matrices), compute, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmBatchedEx(output)");
-  }
+  // Chunk by chunk, in stream order: the next chunk's pointers and scores
+  // reuse this one's workspace only after its GEMMs and softmax ran.
+  for (int64_t matrix0 = 0; matrix0 < matrices; matrix0 += chunk.matrices)
+    for (int64_t row0 = 0; row0 < p.len_q; row0 += chunk.rows) {
+      const int64_t count = std::min(chunk.matrices, matrices - matrix0);
+      const int64_t chunk_len_q = std::min(chunk.rows, p.len_q - row0);
+      if (scores_gemm || output_gemm) {
+        sources.matrix0 = matrix0;
+        sources.row0 = row0;
+        sources.count = static_cast<int>(count);
+        build_pointers<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(arrays,
+                                                                                       sources);
+        FSDPA_CUDA_CHECK(cudaGetLastError());
+      }
+      if (scores_gemm) {
+        // Column-major view: S^T [Lk x Lq] = K [Lk x Dqk] * Q^T [Dqk x Lq].
+        check_cublas(cublasGemmBatchedEx(handle, k_op.row_major ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         q_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
+                                         static_cast<int>(p.len_k), static_cast<int>(chunk_len_q),
+                                         static_cast<int>(p.head_dim_qk), &alpha_scores, arrays.k,
+                                         type, static_cast<int>(k_op.ld), arrays.q, type,
+                                         static_cast<int>(q_op.ld), &zero, arrays.scores,
+                                         CUDA_R_32F, static_cast<int>(p.len_k),
+                                         static_cast<int>(count), compute, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmBatchedEx(scores)");
+      } else if (p.len_k > 0) {
+        // No q.k to compute (Dqk == 0): every visible score is 0.
+        FSDPA_CUDA_CHECK(cudaMemsetAsync(
+            scores, 0, static_cast<size_t>(count * chunk.rows * p.len_k) * sizeof(float), stream));
+      }
+      softmax.matrix0 = matrix0;
+      softmax.row0 = row0;
+      softmax.rows = chunk_len_q;
+      with_type(p.dtype,
+                [&]<typename T>() { launch_softmax<T>(softmax, count * chunk_len_q, stream); });
+      if (output_gemm) {
+        // Column-major view: O^T [Dv x Lq] = V^T [Dv x Lk] * P^T [Lk x Lq].
+        check_cublas(cublasGemmBatchedEx(handle, v_op.row_major ? CUBLAS_OP_N : CUBLAS_OP_T,
+                                         CUBLAS_OP_N, static_cast<int>(p.head_dim_v),
+                                         static_cast<int>(chunk_len_q), static_cast<int>(p.len_k),
+                                         &one, arrays.v, type, static_cast<int>(v_op.ld),
+                                         arrays.probabilities, type, static_cast<int>(p.len_k),
+                                         &zero, arrays.out, type, static_cast<int>(out_op.ld),
+                                         static_cast<int>(count), compute, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmBatchedEx(output)");
+      }
+    }
+  // Without the second GEMM (Lk == 0 or Dv == 0) nothing writes out: zero it.
+  if (!output_gemm) with_type(p.dtype, [&]<typename T>() { launch_zero<T>(p, t, stream); });
 }
 
 }  // namespace fsdpa::detail::cuda
