@@ -92,8 +92,10 @@ def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv
     align = "top_left"
 
     def fsdpa_call(policy, cap=softcap):
+        # softcap only when set: an A/B against a library from before it runs this script too.
+        capped = {"softcap": cap} if cap else {}
         return lambda: fsdpa.attention(q, k, v, causal=causal, causal_align=align,
-                                       policy=policy, softcap=cap, out=out)
+                                       policy=policy, out=out, **capped)
 
     tq, tk, tv = q, k, v
     if repeat_kv and hq != hkv:
@@ -107,14 +109,15 @@ def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv
                                                       enable_gqa=tk.shape[1] != hq)
         return call
 
-    candidates = [("fsdpa_fused", fsdpa_call("fused"), "fsdpa"),
-                  ("fsdpa_unfused", fsdpa_call("unfused"), "fsdpa")]
+    candidates = [("fsdpa_fused", fsdpa_call("fused"), "fsdpa")]
+    if not args.fsdpa_only:
+        candidates.append(("fsdpa_unfused", fsdpa_call("unfused"), "fsdpa"))
     if softcap:
         candidates.append(("fsdpa_fused_nocap", fsdpa_call("fused", 0.0), "fsdpa"))
     for name, backend in [("flash", SDPBackend.FLASH_ATTENTION),
                           ("efficient", SDPBackend.EFFICIENT_ATTENTION),
                           ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]:
-        if softcap or name in args.skip_backends:
+        if softcap or args.fsdpa_only or name in args.skip_backends:
             continue
         if name == "math" and b * hq * lq * lk * 2 > args.math_limit:
             continue
@@ -142,9 +145,9 @@ def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv
             result = out if result is None or kind == "fsdpa" else result
             peak = torch.cuda.max_memory_allocated() - base
             if kind == "fsdpa":
+                capped = {} if name == "fsdpa_fused_nocap" or not softcap else {"softcap": softcap}
                 info = fsdpa.plan(q, k, v, causal=causal, causal_align=align,
-                                  policy="unfused" if name == "fsdpa_unfused" else "fused",
-                                  softcap=0.0 if name == "fsdpa_fused_nocap" else softcap)
+                                  policy="unfused" if name == "fsdpa_unfused" else "fused", **capped)
                 entry["kernel"] = info.kernel
                 entry["path"] = info.path
                 entry["bucket"] = f"{info.head_dim_qk_bucket}/{info.head_dim_v_bucket}"
@@ -249,6 +252,8 @@ def main():
                     help="skip math when B*H*Lq*Lk*2 bytes of scores exceed this")
     ap.add_argument("--large", action="store_true",
                     help="the head dims above 256 and the soft cap instead of the main table")
+    ap.add_argument("--fsdpa-only", action="store_true",
+                    help="fsdpa fused alone (A/B of two libraries, one run each)")
     ap.add_argument("--skip-backends", default="",
                     help="comma-separated torch backends to leave out (flash,efficient,cudnn,math)")
     args = ap.parse_args()
@@ -282,7 +287,8 @@ def main():
         shapes += [((1, 16, 8, 4096, 4096, 256, 256), True, {"softcap": 50.0})]
     for shape, causal, extra in shapes:
         t0 = time.time()
-        row = run_row(shape, causal, args, flex_ok=shape[3] == 4096 and not args.large, **extra)
+        flex_ok = shape[3] == 4096 and not args.large and not args.fsdpa_only
+        row = run_row(shape, causal, args, flex_ok=flex_ok, **extra)
         report["rows"].append(row)
         r = row["results"]
         print(f"{shape} causal={causal}: " + ", ".join(

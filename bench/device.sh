@@ -170,6 +170,36 @@ if [ "$STAGES" = coverage ]; then
     >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench (large): rc=$? $(($(date +%s) - t0)) s"
   grep -E "causal=" "$OUT/bench-prefill.log" | cut -c1-230 | tee -a "$SUMMARY"
+  # AB_BASE=1: an A/B of the tree's library against the one built from
+  # .devbuild/base.tgz (`git archive` of the commit to compare with), on the
+  # main prefill table (fsdpa fused only) and the decode rows DECODE_ROWS,
+  # alternating, twice; each run uses its own tree's Python wrapper.
+  if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
+    rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
+    cp bench/compare_torch.py bench/timing.py /tmp/base/bench/
+    t0=$(date +%s)
+    cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
+      -DFSDPA_BUILD_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/ab/build.log" 2>&1 &&
+      ninja -C /tmp/base/build -j16 fsdpa >>"$OUT/ab/build.log" 2>&1
+    say "ab base build: rc=$? $(($(date +%s) - t0)) s"
+    for rep in 1 2; do
+      for variant in base tree; do
+        root=$PWD && [ $variant = base ] && root=/tmp/base
+        lib=$PWD/$BUILD/libfsdpa.so && [ $variant = base ] && lib=/tmp/base/build/libfsdpa.so
+        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+          python3 "$root/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
+          --name "$variant-$rep" >"$OUT/ab/$variant-$rep.log" 2>&1
+        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+          python3 "$root/bench/decode_bench.py" --rows "${DECODE_ROWS:-15,3,10}" --fsdpa-only \
+          --out "$OUT/ab/decode-$variant-$rep.json" --md "$OUT/ab/decode-$variant-$rep.md" \
+          --png "$OUT/ab/decode-$variant-$rep.png" >"$OUT/ab/decode-$variant-$rep.log" 2>&1
+        grep -E "^\('" "$OUT/ab/decode-$variant-$rep.log" | sed "s/^/ab decode $variant #$rep: /" |
+          cut -c1-200 | tee -a "$SUMMARY"
+      done
+    done
+    python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
+      "$OUT"/ab/tree-2.json 2>&1 | tee "$OUT/ab/prefill-ab.md" | tee -a "$SUMMARY"
+  fi
 fi
 
 # ------------------------------------------------------------------ decode loop

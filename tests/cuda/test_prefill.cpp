@@ -336,14 +336,14 @@ TEST(PrefillSelection, HeadDimAboveLargestFusedSizeNamesTheLimit) {
   }
 }
 
-// Dv above 256 runs in column slices on the mma.sync row; the wgmma row
-// names its limit; the plan shows the slices and the work ratio.
+// Dv above 256 runs in column slices; the wgmma row takes every pair but
+// 576/256 and names why; the plan shows the slices and the work ratio.
 TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   if (!compiled_exactly(512, 256) || !compiled_exactly(320, 160))
     GTEST_SKIP() << "512/256 or 320/160 not compiled";
   const Plan p = plan(problem_of(512, 512), forced());
   EXPECT_EQ(p.path, Path::FusedPrefill);
-  EXPECT_EQ(p.kernel, "cuda_fused_prefill");
+  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).front());
   EXPECT_EQ(p.head_dim_qk_bucket, 512);
   EXPECT_EQ(p.head_dim_v_bucket, 256);
   EXPECT_EQ(p.num_v_slices, 2);
@@ -356,8 +356,10 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   EXPECT_NEAR(between.pad_ratio, 2.0 * 480 / 600, 1e-12);
   for (const detail::KernelRow& row : detail::selection_table()) {
     if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
-    const std::string reason = row.supports(problem_of(288, 288), forced()).reason;
-    EXPECT_NE(reason.find("the wgmma kernel's buckets end at 256/256"), std::string::npos)
+    const std::string reason = row.supports(problem_of(576, 512), forced()).reason;
+    EXPECT_NE(reason.find("bucket 576/256: the wgmma kernel's 128-row Q tile and two K/V "
+                          "stages need"),
+              std::string::npos)
         << reason;
   }
 }

@@ -115,15 +115,28 @@ constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, i
 // (f32), P of the previous tile tile_k / 4; ptxas -v (sm_90a, TMA loads), no
 // spills: 128/128 with 128 keys 248 registers, 176/176 with 96 keys and
 // 256/256 with 64 keys fewer.
+// Above 256 (Dv a column slice) the Q tile grows to 80-128 KB and the key
+// tile shrinks to what fits: 64 at 288/320, 32 from 384 to 512 (not yet
+// tuned); 576/256 fits no key tile (hopper_fits).
 constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  const int tile_k = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
-  return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= 227 * 1024 ? tile_k
-                                                                                        : 64;
+  const int preferred = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
+  constexpr int kTileKs[] = {128, 96, 64, 32};
+  for (int tile_k : kTileKs)
+    if (tile_k <= preferred &&
+        hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= kSm90SharedBytes)
+      return tile_k;
+  return 32;
 }
 
 constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket,
                            hopper_tile_k(head_dim_qk_bucket, head_dim_v_bucket));
+}
+
+// Whether the wgmma kernel's tiles fit a pair (generate_instances.py builds
+// it for exactly these pairs; the generated dispatch table asserts so).
+constexpr bool hopper_fits(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  return hopper_shared_bytes(head_dim_qk_bucket, head_dim_v_bucket) <= kSm90SharedBytes;
 }
 
 static_assert(hopper_shared_bytes(256, 256) <= 227 * 1024, "256 wgmma bucket exceeds sm_90 smem");

@@ -4,6 +4,7 @@
 // the wgmma launches (null otherwise).
 #pragma once
 
+#include "cuda/prefill/config.h"
 #include "cuda/prefill/instances.h"
 
 namespace fsdpa::detail::cuda {
@@ -220,32 +221,57 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {192, 128, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_288x144)
+#if defined(FSDPA_WGMMA_KERNELS)
+    {288, 144, true, &launch_prefill<288, 144, __nv_bfloat16>, &launch_prefill<288, 144, __half>,
+     &launch_prefill_hopper<288, 144, __nv_bfloat16>, &launch_prefill_hopper<288, 144, __half>},
+#else
     {288, 144, true, &launch_prefill<288, 144, __nv_bfloat16>, &launch_prefill<288, 144, __half>,
      nullptr, nullptr},
+#endif
 #else
     {288, 144, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_320x160)
+#if defined(FSDPA_WGMMA_KERNELS)
+    {320, 160, true, &launch_prefill<320, 160, __nv_bfloat16>, &launch_prefill<320, 160, __half>,
+     &launch_prefill_hopper<320, 160, __nv_bfloat16>, &launch_prefill_hopper<320, 160, __half>},
+#else
     {320, 160, true, &launch_prefill<320, 160, __nv_bfloat16>, &launch_prefill<320, 160, __half>,
      nullptr, nullptr},
+#endif
 #else
     {320, 160, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_384x192)
+#if defined(FSDPA_WGMMA_KERNELS)
+    {384, 192, true, &launch_prefill<384, 192, __nv_bfloat16>, &launch_prefill<384, 192, __half>,
+     &launch_prefill_hopper<384, 192, __nv_bfloat16>, &launch_prefill_hopper<384, 192, __half>},
+#else
     {384, 192, true, &launch_prefill<384, 192, __nv_bfloat16>, &launch_prefill<384, 192, __half>,
      nullptr, nullptr},
+#endif
 #else
     {384, 192, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_448x224)
+#if defined(FSDPA_WGMMA_KERNELS)
+    {448, 224, true, &launch_prefill<448, 224, __nv_bfloat16>, &launch_prefill<448, 224, __half>,
+     &launch_prefill_hopper<448, 224, __nv_bfloat16>, &launch_prefill_hopper<448, 224, __half>},
+#else
     {448, 224, true, &launch_prefill<448, 224, __nv_bfloat16>, &launch_prefill<448, 224, __half>,
      nullptr, nullptr},
+#endif
 #else
     {448, 224, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 #if defined(FSDPA_PREFILL_BUILT_512x256)
+#if defined(FSDPA_WGMMA_KERNELS)
+    {512, 256, true, &launch_prefill<512, 256, __nv_bfloat16>, &launch_prefill<512, 256, __half>,
+     &launch_prefill_hopper<512, 256, __nv_bfloat16>, &launch_prefill_hopper<512, 256, __half>},
+#else
     {512, 256, true, &launch_prefill<512, 256, __nv_bfloat16>, &launch_prefill<512, 256, __half>,
      nullptr, nullptr},
+#endif
 #else
     {512, 256, false, nullptr, nullptr, nullptr, nullptr},
 #endif
@@ -256,5 +282,31 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
     {576, 256, false, nullptr, nullptr, nullptr, nullptr},
 #endif
 };
+
+static_assert(hopper_fits(16, 16), "generate_instances.py: the wgmma kernel fits 16/16");
+static_assert(hopper_fits(32, 32), "generate_instances.py: the wgmma kernel fits 32/32");
+static_assert(hopper_fits(48, 48), "generate_instances.py: the wgmma kernel fits 48/48");
+static_assert(hopper_fits(64, 64), "generate_instances.py: the wgmma kernel fits 64/64");
+static_assert(hopper_fits(80, 80), "generate_instances.py: the wgmma kernel fits 80/80");
+static_assert(hopper_fits(96, 96), "generate_instances.py: the wgmma kernel fits 96/96");
+static_assert(hopper_fits(112, 112), "generate_instances.py: the wgmma kernel fits 112/112");
+static_assert(hopper_fits(128, 128), "generate_instances.py: the wgmma kernel fits 128/128");
+static_assert(hopper_fits(144, 144), "generate_instances.py: the wgmma kernel fits 144/144");
+static_assert(hopper_fits(160, 160), "generate_instances.py: the wgmma kernel fits 160/160");
+static_assert(hopper_fits(176, 176), "generate_instances.py: the wgmma kernel fits 176/176");
+static_assert(hopper_fits(192, 192), "generate_instances.py: the wgmma kernel fits 192/192");
+static_assert(hopper_fits(208, 208), "generate_instances.py: the wgmma kernel fits 208/208");
+static_assert(hopper_fits(224, 224), "generate_instances.py: the wgmma kernel fits 224/224");
+static_assert(hopper_fits(240, 240), "generate_instances.py: the wgmma kernel fits 240/240");
+static_assert(hopper_fits(256, 256), "generate_instances.py: the wgmma kernel fits 256/256");
+static_assert(hopper_fits(96, 64), "generate_instances.py: the wgmma kernel fits 96/64");
+static_assert(hopper_fits(192, 128), "generate_instances.py: the wgmma kernel fits 192/128");
+static_assert(hopper_fits(288, 144), "generate_instances.py: the wgmma kernel fits 288/144");
+static_assert(hopper_fits(320, 160), "generate_instances.py: the wgmma kernel fits 320/160");
+static_assert(hopper_fits(384, 192), "generate_instances.py: the wgmma kernel fits 384/192");
+static_assert(hopper_fits(448, 224), "generate_instances.py: the wgmma kernel fits 448/224");
+static_assert(hopper_fits(512, 256), "generate_instances.py: the wgmma kernel fits 512/256");
+static_assert(!hopper_fits(576, 256),
+              "generate_instances.py: the wgmma kernel does not fit 576/256");
 
 }  // namespace fsdpa::detail::cuda

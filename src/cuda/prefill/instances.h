@@ -205,5 +205,30 @@ extern template void launch_prefill_hopper<192, 128, __nv_bfloat16>(const Prefil
                                                                     cudaStream_t);
 extern template void launch_prefill_hopper<192, 128, __half>(const PrefillParams&, cudaStream_t);
 #endif
+#if defined(FSDPA_PREFILL_BUILT_288x144) && defined(FSDPA_WGMMA_KERNELS)
+extern template void launch_prefill_hopper<288, 144, __nv_bfloat16>(const PrefillParams&,
+                                                                    cudaStream_t);
+extern template void launch_prefill_hopper<288, 144, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_320x160) && defined(FSDPA_WGMMA_KERNELS)
+extern template void launch_prefill_hopper<320, 160, __nv_bfloat16>(const PrefillParams&,
+                                                                    cudaStream_t);
+extern template void launch_prefill_hopper<320, 160, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_384x192) && defined(FSDPA_WGMMA_KERNELS)
+extern template void launch_prefill_hopper<384, 192, __nv_bfloat16>(const PrefillParams&,
+                                                                    cudaStream_t);
+extern template void launch_prefill_hopper<384, 192, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_448x224) && defined(FSDPA_WGMMA_KERNELS)
+extern template void launch_prefill_hopper<448, 224, __nv_bfloat16>(const PrefillParams&,
+                                                                    cudaStream_t);
+extern template void launch_prefill_hopper<448, 224, __half>(const PrefillParams&, cudaStream_t);
+#endif
+#if defined(FSDPA_PREFILL_BUILT_512x256) && defined(FSDPA_WGMMA_KERNELS)
+extern template void launch_prefill_hopper<512, 256, __nv_bfloat16>(const PrefillParams&,
+                                                                    cudaStream_t);
+extern template void launch_prefill_hopper<512, 256, __half>(const PrefillParams&, cudaStream_t);
+#endif
 
 }  // namespace fsdpa::detail::cuda

@@ -31,8 +31,6 @@ constexpr int kBucketStep = 16;  // the mma k step
 // The fused sizes of DESIGN §3: every Dqk <= 576 and Dv <= 512.
 constexpr int kLargestHeadDimQk = 576;
 constexpr int kLargestHeadDimV = 512;
-// The wgmma kernel's pairs (generate_instances.py's WGMMA_LARGEST).
-constexpr int kLargestWgmmaBucket = 256;
 
 int64_t bucket_of(int64_t head_dim) {
   const int64_t rounded = (head_dim + kBucketStep - 1) / kBucketStep * kBucketStep;
@@ -41,7 +39,7 @@ int64_t bucket_of(int64_t head_dim) {
 
 // The smallest compiled pair covering Dqk and one column slice of Dv (by
 // bucket_qk + bucket_v, the cost of a row); nullptr when none. The wgmma
-// kernel is built for the pairs up to 256/256 or for none.
+// kernel is built for the pairs its tiles fit (hopper_fits), or for none.
 const PrefillInstance* find_instance(int64_t head_dim_qk, int64_t head_dim_v) {
   const int64_t qk = bucket_of(head_dim_qk), dv = bucket_of(v_slice_columns(head_dim_v));
   const PrefillInstance* best = nullptr;
@@ -167,11 +165,13 @@ void prefill_configure(const Problem& p, Plan& plan) {
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
-  if (p.head_dim_qk > kLargestWgmmaBucket || p.head_dim_v > kLargestWgmmaBucket)
-    return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) + ", head_dim_v=" + str(p.head_dim_v) +
-                       ": the wgmma kernel's buckets end at " + str(kLargestWgmmaBucket) + "/" +
-                       str(kLargestWgmmaBucket));
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+  if (!hopper_fits(instance->head_dim_qk_bucket, instance->head_dim_v_bucket))
+    return Verdict::no(
+        "bucket " + str(instance->head_dim_qk_bucket) + "/" + str(instance->head_dim_v_bucket) +
+        ": the wgmma kernel's 128-row Q tile " + "and two K/V stages need " +
+        str(hopper_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket)) +
+        " bytes of shared memory, sm_90 has " + str(kSm90SharedBytes));
   if (instance->hopper_bf16 == nullptr)
     return Verdict::no(std::string("the wgmma kernel is not built: FSDPA_CUDA_ARCHS=") +
                        FSDPA_CUDA_ARCHS_STRING + " has no 90a");
