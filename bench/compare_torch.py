@@ -75,19 +75,29 @@ def reference_error(out, q, k, v, causal, heads=2, softcap=0.0, rows=1024):
     return ((got - ref).norm() / ref.norm()).item()
 
 
-def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv=False):
+def run_row(shape, causal, args, flex_ok, v_from_k=False, softcap=0.0, repeat_kv=False,
+            pad_rows=False):
     """One shape on every candidate. v_from_k: v is k[..., :Dv] (MLA);
     softcap: fsdpa's soft cap (torch's SDPA backends have none, so they are
     left out and fsdpa without the cap is timed beside it); repeat_kv: the
-    torch backends get K/V repeated to Hq (efficient has no GQA)."""
+    torch backends get K/V repeated to Hq (efficient has no GQA); pad_rows:
+    every row starts 16-byte aligned (D rounded up to 8 in storage, a view
+    of the first D), else the tensors are contiguous."""
     b, hq, hkv, lq, lk, dqk, dv = shape
     flops = 4.0 * b * hq * lq * lk * (dqk + dv) / 2 * (0.5 if causal else 1.0)
-    q = torch.randn(b, hq, lq, dqk, dtype=torch.bfloat16, device=DEV)
-    k = torch.randn(b, hkv, lk, dqk, dtype=torch.bfloat16, device=DEV)
-    v = k[..., :dv] if v_from_k else torch.randn(b, hkv, lk, dv, dtype=torch.bfloat16, device=DEV)
-    out = torch.empty(b, hq, lq, dv, dtype=torch.bfloat16, device=DEV)
+
+    def tensor(*sizes, random=True):
+        pitch = (sizes[-1] + 7) // 8 * 8 if pad_rows else sizes[-1]
+        make = torch.randn if random else torch.empty
+        return make(*sizes[:-1], pitch, dtype=torch.bfloat16, device=DEV)[..., :sizes[-1]]
+
+    q = tensor(b, hq, lq, dqk)
+    k = tensor(b, hkv, lk, dqk)
+    v = k[..., :dv] if v_from_k else tensor(b, hkv, lk, dv)
+    out = tensor(b, hq, lq, dv, random=False)
     row = {"B": b, "Hq": hq, "Hkv": hkv, "Lq": lq, "Lk": lk, "Dqk": dqk, "Dv": dv,
-           "causal": causal, "v_from_k": v_from_k, "softcap": softcap, "results": {}}
+           "causal": causal, "v_from_k": v_from_k, "softcap": softcap, "pad_rows": pad_rows,
+           "results": {}}
     # torch's is_causal is top-left; it equals bottom-right only when Lq == Lk.
     align = "top_left"
 
@@ -202,6 +212,7 @@ def markdown(report):
                        for n in ["fsdpa_fused", "fsdpa_unfused", "flash"])
         err = r.get("fsdpa_fused", {}).get("error")
         extra = (" v=k[:Dv]" if row.get("v_from_k") else "") + (
+            " rows padded to 16 B" if row.get("pad_rows") else "") + (
             f" softcap {row['softcap']:g} (no cap: {fmt(r.get('fsdpa_fused_nocap', {}).get('TFLOPs'))})"
             if row.get("softcap") else "")
         lines.append(
@@ -285,6 +296,11 @@ def main():
                        ((1, 16, 8, 2048, lk, 512, 512), False, gqa),
                        ((1, 128, 1, 2048, lk, 576, 512), False, mla)]
         shapes += [((1, 16, 8, 4096, 4096, 256, 256), True, {"softcap": 50.0})]
+        # Rows that are not 16-byte aligned (contiguous bf16 at these D), and
+        # the same bucket with padded rows beside them.
+        for d in (59, 76, 90, 100):
+            shapes += [((4, 16, 16, 4096, 4096, d, d), True, {}),
+                       ((4, 16, 16, 4096, 4096, d, d), True, {"pad_rows": True})]
     for shape, causal, extra in shapes:
         t0 = time.time()
         flex_ok = shape[3] == 4096 and not args.large and not args.fsdpa_only

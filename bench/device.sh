@@ -162,7 +162,7 @@ if [ "$STAGES" = coverage ]; then
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
   report_tests
-  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*' 90 large-dims
+  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*' 120 large-dims
   mkdir -p "$OUT/bench"
   t0=$(date +%s)
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-240})" \

@@ -136,9 +136,11 @@ struct Problem {
   DType mask_dtype = DType::F32;  // meaningful when mask != None
   bool has_sinks = false;
   bool has_lse = false;
-  // q, k, v, out have stride 1 in the last dimension and every row starts
-  // 16-byte aligned (what fused GPU kernels load with 16-byte accesses).
-  bool rows_contiguous_aligned = true;
+  // Bytes: the largest of 16, 8, 4 and 2 that divides the base address and
+  // every batch, head and row stride (in bytes) of q, k, v and out, i.e. the
+  // widest access every row start allows (TMA and 16-byte copies need 16);
+  // 0 when a last dimension of theirs does not have stride 1.
+  int row_alignment = 16;
   // Each [L, D] matrix of q, k and v has stride 1 in one of its two dims and
   // the other stride at least the size of that dim, and out has stride 1 in
   // its last dim: the layouts a BLAS GEMM takes (the unfused GPU path).

@@ -1,5 +1,6 @@
 #include "core/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -159,15 +160,6 @@ void check_disjoint(const TensorView& output, const char* output_name, const Ten
                   "; outputs must not alias inputs");
 }
 
-bool rows_aligned(const TensorView& t) {
-  if (t.strides[3] != 1 && t.sizes[3] > 1) return false;
-  size_t bytes = element_size(t.dtype);
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) return false;
-  for (int d = 0; d < 3; ++d)
-    if (t.sizes[d] > 1 && (static_cast<size_t>(t.strides[d]) * bytes) % 16 != 0) return false;
-  return true;
-}
-
 // A GEMM operand: one of the two inner dims has stride 1 and the other
 // spans at least the first one's extent (size-1 dims impose nothing).
 bool blas_compatible(const TensorView& t, bool row_major_only) {
@@ -178,6 +170,15 @@ bool blas_compatible(const TensorView& t, bool row_major_only) {
 }
 
 }  // namespace
+
+int row_alignment(const TensorView& t) {
+  if (t.strides[3] != 1 && t.sizes[3] > 1) return 0;
+  const uint64_t bytes = element_size(t.dtype);
+  uint64_t bits = reinterpret_cast<uintptr_t>(t.data) | 16;
+  for (int d = 0; d < 3; ++d)
+    if (t.sizes[d] > 1) bits |= static_cast<uint64_t>(t.strides[d]) * bytes;
+  return static_cast<int>(bits & (~bits + 1));  // the lowest set bit: at most 16
+}
 
 void check_options(const Options& options) {
   if (options.scale && !(std::isfinite(*options.scale) && *options.scale > 0.0))
@@ -250,10 +251,11 @@ void check_matches_plan(const Problem& planned, const Problem& actual) {
   if (planned.has_lse != actual.has_lse)
     throw_invalid("tensors do not match the plan: lse is " +
                   std::string(actual.has_lse ? "given" : "missing"));
-  if (planned.rows_contiguous_aligned && !actual.rows_contiguous_aligned)
-    throw_invalid(
-        "tensors do not match the plan: the plan needs rows with stride 1 and 16-byte "
-        "alignment");
+  if (actual.row_alignment < planned.row_alignment)
+    throw_invalid("tensors do not match the plan: the plan needs rows with stride 1 and " +
+                  std::to_string(planned.row_alignment) + "-byte alignment, the tensors have " +
+                  (actual.row_alignment == 0 ? std::string("a last dimension of stride != 1")
+                                             : std::to_string(actual.row_alignment) + "-byte"));
   if (planned.matrices_blas_compatible && !actual.matrices_blas_compatible)
     throw_invalid(
         "tensors do not match the plan: the plan needs matrices with a unit stride (a BLAS "
@@ -361,8 +363,8 @@ Problem describe(const Tensors& t, const Options& options) {
   check_no_self_overlap(t.out, "out");
   if (t.lse) check_no_self_overlap(*t.lse, "lse");
 
-  p.rows_contiguous_aligned =
-      rows_aligned(t.q) && rows_aligned(t.k) && rows_aligned(t.v) && rows_aligned(t.out);
+  p.row_alignment =
+      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
   p.matrices_blas_compatible = blas_compatible(t.q, false) && blas_compatible(t.k, false) &&
                                blas_compatible(t.v, false) && blas_compatible(t.out, true);
   p.v_aliases_k = t.v.data == t.k.data && t.v.strides[0] == t.k.strides[0] &&

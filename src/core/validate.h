@@ -18,6 +18,12 @@ Policy resolve_policy(const Options& options);
 // Throws InvalidArgument for an out-of-range enum or a bad scale / window.
 void check_options(const Options& options);
 
+// Problem::row_alignment of one view: the largest of 16, 8, 4, 2 bytes that
+// divides its base address and its batch, head and row strides in bytes
+// (sizes of 1 impose nothing), or 0 when its last dimension has a stride
+// other than 1 (and a size above 1).
+int row_alignment(const TensorView& t);
+
 // Throws InvalidArgument when `actual` (from the tensors given to run())
 // differs from the problem the plan was made for.
 void check_matches_plan(const Problem& planned, const Problem& actual);

@@ -585,7 +585,7 @@ std::vector<RunMismatch> run_mismatches() {
        [](AttentionCase& c) { c.lse = false; }},
       {"lse_missing", [](AttentionCase& c) { c.lse = false; }, p + "lse is missing"},
       {"rows_unaligned", [](AttentionCase& c) { c.layout = Layout::Padded; },
-       p + "the plan needs rows with stride 1 and 16-byte alignment"},
+       p + "the plan needs rows with stride 1 and 16-byte alignment, the tensors have 4-byte"},
       {"v_alias", [](AttentionCase& c) { c.layout = Layout::Contiguous; },
        p + "v aliasing k differs", [](AttentionCase& c) { c.layout = Layout::MlaAlias; }},
   };

@@ -100,7 +100,7 @@ TEST(Plan, ForceFusedServesEveryShapeOnCpu) {
       Problem problem = cpu_problem(len_q, 4096, dqk, dv);
       problem.mask = MaskKind::Boolean;
       problem.has_sinks = true;
-      problem.rows_contiguous_aligned = false;
+      problem.row_alignment = 0;
       Plan p;
       ASSERT_NO_THROW(p = plan(problem, with_policy(Policy::ForceFused))) << dqk << "/" << dv;
       EXPECT_EQ(p.kernel, "cpu_fused_online_softmax");
@@ -282,12 +282,13 @@ TEST(Describe, ProblemFacts) {
   Rng rng(base_seed());
   struct Expect {
     Layout layout;
-    bool aligned, alias, blas;  // blas: out D-major has no unit last-dim stride
+    int alignment;     // Problem::row_alignment: Padded starts one f16 element off, DMajor has none
+    bool alias, blas;  // blas: out D-major has no unit last-dim stride
   };
   for (const Expect& e :
-       {Expect{Layout::Contiguous, true, false, true}, Expect{Layout::BSHD, true, false, true},
-        Expect{Layout::Padded, false, false, true}, Expect{Layout::DMajor, false, false, false},
-        Expect{Layout::PackedKV, true, false, true}, Expect{Layout::MlaAlias, true, true, true}}) {
+       {Expect{Layout::Contiguous, 16, false, true}, Expect{Layout::BSHD, 16, false, true},
+        Expect{Layout::Padded, 2, false, true}, Expect{Layout::DMajor, 0, false, false},
+        Expect{Layout::PackedKV, 16, false, true}, Expect{Layout::MlaAlias, 16, true, true}}) {
     c.layout = e.layout;
     AttentionData d = make_data(c, rng);
     const Problem p = describe(d.tensors, d.options);
@@ -304,7 +305,7 @@ TEST(Describe, ProblemFacts) {
     EXPECT_EQ(p.mask_dtype, DType::BF16);
     EXPECT_TRUE(p.has_sinks);
     EXPECT_TRUE(p.has_lse);
-    EXPECT_EQ(p.rows_contiguous_aligned, e.aligned);
+    EXPECT_EQ(p.row_alignment, e.alignment);
     EXPECT_EQ(p.v_aliases_k, e.alias);
     EXPECT_EQ(p.matrices_blas_compatible, e.blas);
   }

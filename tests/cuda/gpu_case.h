@@ -48,6 +48,7 @@ struct Case {
   bool allow_tf32 = false;
   double softcap = 0.0;       // Options::softcap
   bool kv_broadcast = false;  // K and V with stride 0 over batch and kv heads (torch's expand)
+  bool offset_base = false;   // q, k, v, out start one element past an aligned address
   Policy policy = Policy::ForceFused;
   // When set, launch this row of the table directly, whatever plan() would
   // route to (the decode row takes few-query shapes first, the wgmma row
@@ -73,6 +74,7 @@ struct Case {
     if (allow_tf32) s << "_tf32";
     if (softcap > 0.0) s << "_cap" << static_cast<int>(softcap);
     if (kv_broadcast) s << "_kvbroadcast";
+    if (offset_base) s << "_offset";
     s << (policy == Policy::Unfused      ? "_unfused"
           : policy == Policy::ForceFused ? "_fused"
                                          : "_auto");
@@ -166,7 +168,9 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
       detail::store_from_float(b.host.data(), dtype, static_cast<int64_t>(i), normal(rng));
   };
 
-  Buffer q(static_cast<size_t>(c.batch * c.heads_q * c.len_q * qk_pitch) * elt);
+  // offset_base: one element of slack before each view.
+  const size_t lead = c.offset_base ? elt : 0;
+  Buffer q(static_cast<size_t>(c.batch * c.heads_q * c.len_q * qk_pitch) * elt + lead);
   fill(q, c.dtype);
   TensorView qh = make_view(q.host.data(), c.dtype, {c.batch, c.heads_q, c.len_q, c.head_dim_qk},
                             strides_for(base_layout, c.heads_q, c.len_q, qk_pitch), {});
@@ -174,8 +178,8 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   TensorView kh, vh;
   if (c.layout == Layout::Interleaved) {
     const int64_t pitch = qk_pitch + v_pitch;
-    k_buffer =
-        std::make_unique<Buffer>(static_cast<size_t>(c.batch * c.heads_kv * c.len_k * pitch) * elt);
+    k_buffer = std::make_unique<Buffer>(
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * pitch) * elt + lead);
     fill(*k_buffer, c.dtype);
     kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
                    strides_for(Layout::BSHD, c.heads_kv, c.len_k, pitch), {});
@@ -184,7 +188,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     vh.sizes[3] = c.head_dim_v;
   } else if (c.layout == Layout::MlaAlias) {
     k_buffer = std::make_unique<Buffer>(
-        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt);
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt + lead);
     fill(*k_buffer, c.dtype);
     kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
                    strides_for(Layout::BSHD, c.heads_kv, c.len_k, qk_pitch), {});
@@ -192,9 +196,9 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     vh.sizes[3] = c.head_dim_v;
   } else {
     k_buffer = std::make_unique<Buffer>(
-        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt);
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * qk_pitch) * elt + lead);
     v_buffer = std::make_unique<Buffer>(
-        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * v_pitch) * elt);
+        static_cast<size_t>(c.batch * c.heads_kv * c.len_k * v_pitch) * elt + lead);
     fill(*k_buffer, c.dtype);
     fill(*v_buffer, c.dtype);
     kh = make_view(k_buffer->host.data(), c.dtype, {c.batch, c.heads_kv, c.len_k, c.head_dim_qk},
@@ -204,10 +208,12 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   }
   if (c.kv_broadcast)  // every batch and kv head reads the first one's keys and values
     for (TensorView* t : {&kh, &vh}) t->strides[0] = t->strides[1] = 0;
-  Buffer out(static_cast<size_t>(c.batch * c.heads_q * c.len_q * v_pitch) * elt);
+  Buffer out(static_cast<size_t>(c.batch * c.heads_q * c.len_q * v_pitch) * elt + lead);
   TensorView outh = make_view(out.host.data(), c.dtype, {c.batch, c.heads_q, c.len_q, c.head_dim_v},
                               strides_for(base_layout, c.heads_q, c.len_q, v_pitch), {});
   std::memset(out.host.data(), 0xFF, out.host.size());  // NaN in every dtype
+  if (c.offset_base)
+    for (TensorView* t : {&qh, &kh, &vh, &outh}) t->data = static_cast<char*>(t->data) + lead;
 
   Tensors host{qh, kh, vh, outh, std::nullopt, std::nullopt, std::nullopt};
   std::unique_ptr<Buffer> mask, sinks, lse;
@@ -324,7 +330,8 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     for (int64_t h = 0; h < c.heads_q; ++h)
       for (int64_t i = 0; i < c.len_q; ++i) {
         for (int64_t d = 0; d < v_pitch; ++d) {
-          const int64_t offset = detail::offset_of(outh, b, h, i, d);
+          // Elements from the buffer's start (outh.data is `lead` past it).
+          const int64_t offset = detail::offset_of(outh, b, h, i, d) + (c.offset_base ? 1 : 0);
           if (d >= c.head_dim_v) {
             if (std::memcmp(out.host.data() + offset * elt, out_poison.data() + offset * elt,
                             elt) != 0)

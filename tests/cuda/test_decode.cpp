@@ -764,8 +764,12 @@ TEST(DecodeErrors, Reasons) {
   p.head_dim_v = 600;
   EXPECT_EQ(decline(p), "head_dim_v=600 exceeds the largest fused size 512");
   p = decode_problem();
-  p.rows_contiguous_aligned = false;
-  EXPECT_EQ(decline(p), "rows must have stride 1 and 16-byte alignment (q, k, v, out)");
+  p.row_alignment = 4;
+  EXPECT_EQ(decline(p),
+            "rows are 4-byte aligned; the decode kernels' copies need 16 (q, k, v, out; the "
+            "prefill rows take the others)");
+  p.row_alignment = 0;
+  EXPECT_EQ(decline(p), "rows must have stride 1 (q, k, v, out)");
 }
 
 // The MLA row's reasons for declining; on an sm_90 device of a 90a build

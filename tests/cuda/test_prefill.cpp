@@ -172,6 +172,43 @@ std::vector<Case> awkward_cases() {
     c.batch = 2;
     cases.push_back(c);
   }
+  // Rows that are not 16-byte aligned, fused through narrow copies: contiguous
+  // BHSD at D = 59, 76, 90, 100 (118-, 152-, 180-, 200-byte bf16 rows: 2-,
+  // 8-, 4-, 8-byte aligned), base pointers one element off (2 bytes), BSHD
+  // slices of an odd width; causal, GQA, the soft cap on some.
+  {
+    int k = 0;
+    for (int64_t d : {59, 76, 90, 100})
+      for (DType dtype : {DType::BF16, DType::F16}) {
+        Case c;
+        c.layout = Layout::BHSD;
+        c.head_dim_qk = c.head_dim_v = d;
+        c.dtype = dtype;
+        c.len_q = 131;
+        c.len_k = 257;
+        c.heads_q = 4;
+        c.heads_kv = k % 2 ? 2 : 4;
+        c.causal = k % 2 == 0;
+        c.softcap = k % 3 == 2 ? 20.0 : 0.0;
+        cases.push_back(c);
+        ++k;
+      }
+    for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::PaddedBSHD}) {
+      Case c;
+      c.layout = layout;
+      c.offset_base = true;
+      c.head_dim_qk = c.head_dim_v = layout == Layout::BSHD ? 90 : 128;
+      c.causal = true;
+      c.sinks = true;
+      cases.push_back(c);
+    }
+    Case c;  // f32 at odd widths and offsets (the SIMT path takes any alignment)
+    c.dtype = DType::F32;
+    c.layout = Layout::BHSD;
+    c.offset_base = true;
+    c.head_dim_qk = c.head_dim_v = 59;
+    cases.push_back(c);
+  }
   {  // K and V broadcast over batch and kv heads with stride 0
     Case c;
     c.layout = Layout::BHSD;
@@ -298,7 +335,7 @@ INSTANTIATE_TEST_SUITE_P(Grid, PrefillSemantics, ::testing::ValuesIn(semantic_ca
 
 // --------------------------------------------------------------- selection
 
-Problem problem_of(int64_t dqk, int64_t dv, bool aligned = true) {
+Problem problem_of(int64_t dqk, int64_t dv, int row_alignment = 16) {
   Problem p;
   p.batch = 1;
   p.heads_q = p.heads_kv = 8;
@@ -307,7 +344,7 @@ Problem problem_of(int64_t dqk, int64_t dv, bool aligned = true) {
   p.head_dim_v = dv;
   p.dtype = DType::BF16;
   p.device = {DeviceType::CUDA, 0};
-  p.rows_contiguous_aligned = aligned;
+  p.row_alignment = row_alignment;
   return p;
 }
 
@@ -364,21 +401,34 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   }
 }
 
-TEST(PrefillSelection, UnalignedRowsNameTheConstraint) {
+// Rows aligned below 16 bytes run the mma.sync row (narrow copies); the
+// wgmma row names TMA's rule; a last dimension without stride 1 runs unfused.
+TEST(PrefillSelection, UnalignedRowsRunFusedAndNameTheConstraint) {
+  for (int alignment : {8, 4, 2}) {
+    const Plan p = plan(problem_of(96, 96, alignment), forced());
+    EXPECT_EQ(p.path, Path::FusedPrefill);
+    EXPECT_EQ(p.kernel, "cuda_fused_prefill") << alignment;
+  }
+  for (const detail::KernelRow& row : detail::selection_table()) {
+    if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
+    const std::string reason = row.supports(problem_of(96, 96, 4), forced()).reason;
+    EXPECT_NE(reason.find("rows are 4-byte aligned; the wgmma kernel's TMA loads need 16"),
+              std::string::npos)
+        << reason;
+  }
   try {
-    (void)plan(problem_of(64, 64, false), forced());
+    (void)plan(problem_of(64, 64, 0), forced());
     FAIL() << "expected Unsupported";
   } catch (const Unsupported& e) {
-    EXPECT_NE(std::string(e.what()).find("rows must have stride 1 and 16-byte alignment"),
+    EXPECT_NE(std::string(e.what()).find("rows must have stride 1 (q, k, v and out"),
               std::string::npos)
         << e.what();
   }
   Options automatic;
   automatic.policy = Policy::Auto;
-  const Plan p = plan(problem_of(64, 64, false), automatic);
+  const Plan p = plan(problem_of(64, 64, 0), automatic);
   EXPECT_EQ(p.path, Path::Unfused);
-  EXPECT_NE(p.fallback_reason.find("rows must have stride 1 and 16-byte alignment"),
-            std::string::npos);
+  EXPECT_NE(p.fallback_reason.find("rows must have stride 1"), std::string::npos);
 }
 
 TEST(PrefillSelection, BucketsAndPadRatio) {

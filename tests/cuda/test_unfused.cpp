@@ -132,16 +132,16 @@ TEST(UnfusedChunks, LongKeysRunInChunksOfQueryRows) {
   EXPECT_EQ(o.unwritten, 0);
 }
 
-// Auto takes the unfused path where rows are not 16-byte aligned, and says why.
-TEST(UnfusedRouting, UnalignedRowsRunUnfusedUnderAuto) {
+// Rows that are not 16-byte aligned (contiguous D=59: 118-byte rows) run
+// fused under Auto, on the mma.sync row's narrow copies.
+TEST(UnfusedRouting, UnalignedRowsRunFusedUnderAuto) {
   Case c;
   c.policy = Policy::Auto;
   c.layout = Layout::BHSD;
   c.head_dim_qk = c.head_dim_v = 59;
   const Outcome o = run_case(c, test_rng());
-  EXPECT_EQ(o.plan.path, Path::Unfused);
-  EXPECT_NE(o.plan.fallback_reason.find("16-byte alignment"), std::string::npos)
-      << o.plan.fallback_reason;
+  EXPECT_EQ(o.plan.path, Path::FusedPrefill);
+  EXPECT_EQ(o.plan.kernel, "cuda_fused_prefill");
   EXPECT_LE(o.relative_error, tolerance(c.dtype, false));
   EXPECT_EQ(o.unwritten, 0);
 }

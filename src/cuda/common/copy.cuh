@@ -19,6 +19,43 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t shared_destination, c
                "l"(source), "r"(valid_bytes));
 }
 
+// The same with a source aligned to only 8 or 4 bytes (`width`): 16 / width
+// copies of `width` bytes, each zero-filled past `valid_bytes` of the 16
+// (cp.async takes 4 and 8 bytes through L1 only, .ca). With 2-byte alignment
+// (16-bit elements at odd offsets) no cp.async exists: the 8 elements go
+// through registers, a synchronous load the next barrier makes visible like
+// the asynchronous ones.
+template <typename T>
+__device__ __forceinline__ void copy_16_narrow(uint32_t shared_destination, const T* source,
+                                               int valid_bytes, int width) {
+  if (width == 8 || width == 4) {
+#pragma unroll 1
+    for (int offset = 0; offset < 16; offset += width) {
+      const int bytes = min(max(valid_bytes - offset, 0), width);
+      const char* from = reinterpret_cast<const char*>(source) + (bytes > 0 ? offset : 0);
+      if (width == 8)
+        asm volatile(
+            "cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_destination + offset),
+            "l"(from), "r"(bytes));
+      else
+        asm volatile(
+            "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_destination + offset),
+            "l"(from), "r"(bytes));
+    }
+    return;
+  }
+  static_assert(sizeof(T) == 2, "16-bit elements");
+  uint16_t element[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    element[e] = 2 * e < valid_bytes ? reinterpret_cast<const uint16_t*>(source)[e] : 0;
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_destination),
+               "r"(element[0] | static_cast<uint32_t>(element[1]) << 16),
+               "r"(element[2] | static_cast<uint32_t>(element[3]) << 16),
+               "r"(element[4] | static_cast<uint32_t>(element[5]) << 16),
+               "r"(element[6] | static_cast<uint32_t>(element[7]) << 16));
+}
+
 // Warms L2 with `bytes` (rounded down to 16) from `source` (16-byte
 // aligned): a hint that reads nothing into the block, so it may run before
 // griddepcontrol.wait. One bulk prefetch on sm_90, else one per 128-byte line.
@@ -46,13 +83,16 @@ __device__ __forceinline__ void cp_async_wait() {
 // global matrix into shared memory (row stride kStride elements), zero-filling
 // rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's
 // end cost no padded copy and no out-of-bounds read. T is a 16-bit type.
+// `source_alignment` (16, 8, 4 or 2 bytes: Problem::row_alignment) is what
+// the rows' starts allow; below 16 each 16-byte chunk takes copy_16_narrow.
 // Not unrolled: unrolled, the prefill kernel's per-chunk addresses are
 // hoisted out of its key loop as 64-bit registers and push S and O into local
 // memory (ptxas). Loops that copy many tiles of one matrix use
 // cp_async_tile_rows.
 template <int kRows, int kCols, int kStride, int kThreads, typename T>
 __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_t row_stride,
-                                              int row0, int num_rows, int num_cols) {
+                                              int row0, int num_rows, int num_cols,
+                                              int source_alignment = 16) {
   static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
   constexpr int kChunksPerRow = kCols / 8;  // 16-byte chunks
   constexpr int kChunks = kRows * kChunksPerRow;
@@ -67,7 +107,10 @@ __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_
     if (row0 + row >= num_rows) bytes = 0;
     const T* source =
         bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
-    cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
+    if (source_alignment >= 16)
+      cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
+    else
+      copy_16_narrow(shared_address(shared + row * kStride + col), source, bytes, source_alignment);
   }
 }
 

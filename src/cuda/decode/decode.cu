@@ -139,8 +139,13 @@ Verdict decode_supports(const Problem& p, const Options&) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16 && p.dtype != DType::F32)
     return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
                        " is not one of f16, bf16, f32");
-  if (!p.rows_contiguous_aligned)
-    return Verdict::no("rows must have stride 1 and 16-byte alignment (q, k, v, out)");
+  if (p.row_alignment < 16)
+    return Verdict::no(
+        p.row_alignment == 0
+            ? std::string("rows must have stride 1 (q, k, v, out)")
+            : "rows are " + std::to_string(p.row_alignment) +
+                  "-byte aligned; the decode kernels' copies need 16 (q, k, v, out; the "
+                  "prefill rows take the others)");
   if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
     return Verdict::no("len_k=" + std::to_string(p.len_k) +
                        ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +

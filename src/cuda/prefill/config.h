@@ -26,7 +26,7 @@ constexpr int kSm90SharedBytes = 227 * 1024;
 
 // The most output columns one block holds (O in registers: Dv / 2 floats a
 // thread at 256 in the 16-bit kernels, Dv / 4 in the f32 one); a larger Dv
-// runs in column slices (PrefillParams::v_slices), each computing Q K^T anew.
+// runs in column slices (PrefillParams::v_slice_shift), each computing Q K^T anew.
 constexpr int kLargestVSlice = 256;
 
 constexpr int64_t v_slices_of(int64_t head_dim_v) {
@@ -39,6 +39,8 @@ constexpr int64_t v_slice_columns(int64_t head_dim_v) {
 static_assert(v_slices_of(256) == 1 && v_slices_of(288) == 2 && v_slice_columns(288) == 144 &&
                   v_slices_of(512) == 2 && v_slice_columns(512) == 256,
               "Dv slices");
+// The kernels take the slice count as a shift: up to Dv = 512, 1 or 2.
+static_assert(v_slices_of(512) == 2, "a power-of-two slice count up to the largest Dv");
 
 constexpr int prefill_tile_q(const PrefillTile& t) { return t.warps * t.row_tiles * 16; }
 

@@ -30,7 +30,8 @@ struct PrefillMaps {
   TileMap q, k, v;
 };
 
-template <int kDqk, int kDv, typename T>
+// kSoftCap: the instance for calls with a soft cap (kernel.cuh says why).
+template <int kDqk, int kDv, typename T, bool kSoftCap>
 __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
     prefill_hopper_kernel(const PrefillParams p, const __grid_constant__ PrefillMaps maps) {
 #if FSDPA_WGMMA_ARCH
@@ -95,7 +96,7 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   auto load_v = [&](int tile) {
     if (tile < num_tiles)
       load(maps.v, shared_v + tile % kStages * kVBytes, v_barrier(tile), kVBytes, kDv, kTileK,
-           (tile_begin + tile) * kTileK, kv_head, block.v_column0);
+           (tile_begin + tile) * kTileK, kv_head, v_slice(p).column0);
   };
   if (issuer) {
     for (int b = 0; b < 1 + 2 * kStages; ++b) barrier_init(barriers + 8 * b);
@@ -162,8 +163,8 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
     const int k0 = (tile_begin + tile) * kTileK;
     // Scale into the exp2 domain and mask where needed; unmasked tiles keep
     // raw scores and the scale joins the exp2's FMA.
-    const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
-    if (need_mask) mask_scores(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
+    const bool need_mask = tile_needs_mask<kSoftCap, kKeyTiles>(sem, k0, first_range, last_range);
+    if (need_mask) mask_scores<kSoftCap>(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[1][2];
     const bool rescale =
         softmax_scores(s, row_max, row_sum, correction, need_mask ? 1.0f : p.scale_log2);
@@ -214,7 +215,10 @@ template <int kDqk, int kDv, typename T>
 void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
   constexpr int kThreads = kHopperWarpgroups * 128;
   constexpr int kSharedBytes = hopper_shared_bytes(kDqk, kDv);
-  const void* kernel = reinterpret_cast<const void*>(&prefill_hopper_kernel<kDqk, kDv, T>);
+  const auto kernel_function = params.semantics.softcap > 0.0f
+                                   ? &prefill_hopper_kernel<kDqk, kDv, T, true>
+                                   : &prefill_hopper_kernel<kDqk, kDv, T, false>;
+  const void* kernel = reinterpret_cast<const void*>(kernel_function);
   prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill_hopper");
   const int64_t heads_kv = params.heads_q / params.kv_group_size;
   const MaskSemantics& sem = params.semantics;
@@ -226,9 +230,9 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
       make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
                           params.v_strides, hopper_tile_k(kDqk, kDv))};
   const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
-  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+  const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  prefill_hopper_kernel<kDqk, kDv, T><<<grid, kThreads, kSharedBytes, stream>>>(params, maps);
+  kernel_function<<<grid, kThreads, kSharedBytes, stream>>>(params, maps);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,9 +19,12 @@
 
 namespace fsdpa::detail::cuda {
 
-// kTileCode (encode_tile) defaults to the tuning table's row;
-// bench/prefill_tune.cu times others.
-template <int kDqk, int kDv, typename T, int kTileCode = encode_tile(prefill_tile(kDqk, kDv))>
+// kTileCode (encode_tile) is the tuning table's row but in
+// bench/prefill_tune.cu, which times others. kSoftCap: the instance for calls
+// with a soft cap, which sends every tile through mask_scores; a runtime
+// branch there instead cost the calls without one up to 8% (96/64: 4 more
+// registers and a slower loop, bench/NOTES.md).
+template <int kDqk, int kDv, typename T, int kTileCode, bool kSoftCap>
 __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
                                   decode_tile(kTileCode).min_blocks)
     prefill_kernel(const PrefillParams p) {
@@ -58,22 +61,25 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 
   const T* q_base = static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
   const T* k_base = static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
+  const VSlice slice = v_slice(p);
   const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] +
-                    block.v_column0;
+                    slice.column0;
 
   // Row of this thread's accumulator half r of row tile m.
   auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };
 
   // Prologue: Q and the first kStages-1 K/V tiles, one commit group each.
   cp_async_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides[2], q0, len_q,
-                                                  p.head_dim_qk);
+                                                  p.head_dim_qk, p.copy_bytes);
   const int len_k = static_cast<int>(sem.len_k);
   auto load_kv = [&](int tile, int stage) {
     const int k0 = (tile_begin + tile) * kTileK;
     cp_async_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
-                                                    p.k_strides[2], k0, len_k, p.head_dim_qk);
+                                                    p.k_strides[2], k0, len_k, p.head_dim_qk,
+                                                    p.copy_bytes);
     cp_async_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
-                                                   p.v_strides[2], k0, len_k, block.v_columns);
+                                                   p.v_strides[2], k0, len_k, slice.columns,
+                                                   p.copy_bytes);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -143,8 +149,8 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 
     // Scale into the exp2 domain and mask where needed; unmasked tiles keep
     // raw scores and the scale joins the exp2's FMA.
-    const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
-    if (need_mask) mask_scores(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
+    const bool need_mask = tile_needs_mask<kSoftCap, kKeyTiles>(sem, k0, first_range, last_range);
+    if (need_mask) mask_scores<kSoftCap>(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[kRowTiles][2];
     if (softmax_scores(s, row_max, row_sum, correction, need_mask ? 1.0f : p.scale_log2))
       rescale_output(o, correction);
@@ -180,13 +186,16 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
   constexpr PrefillTile kTile = decode_tile(kTileCode);
   constexpr int kThreads = kTile.warps * 32;
   constexpr int kSharedBytes = prefill_shared_bytes(kTile, kDqk, kDv, sizeof(T));
-  const void* kernel = reinterpret_cast<const void*>(&prefill_kernel<kDqk, kDv, T, kTileCode>);
+  const bool soft_cap = params.semantics.softcap > 0.0f;
+  const auto kernel_function = soft_cap ? &prefill_kernel<kDqk, kDv, T, kTileCode, true>
+                                        : &prefill_kernel<kDqk, kDv, T, kTileCode, false>;
+  const void* kernel = reinterpret_cast<const void*>(kernel_function);
   prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill");
   const int64_t q_blocks =
       (params.semantics.len_q + prefill_tile_q(kTile) - 1) / prefill_tile_q(kTile);
-  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+  const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  prefill_kernel<kDqk, kDv, T, kTileCode><<<grid, kThreads, kSharedBytes, stream>>>(params);
+  kernel_function<<<grid, kThreads, kSharedBytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 

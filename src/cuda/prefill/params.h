@@ -25,12 +25,18 @@ struct PrefillParams {
   int kv_group_size = 1;  // heads_q / heads_kv
   int head_dim_qk = 0;
   int head_dim_v = 0;
-  // Dv in column slices, one block each (a Dv above what one block's
-  // registers hold): slice s covers columns
+  // Dv in 2^v_slice_shift column slices, one block each (a Dv above what one
+  // block's registers hold): slice s covers columns
   // [s * v_slice_width, min((s + 1) * v_slice_width, head_dim_v)), and
   // v_slice_width is at most the kernel's Dv bucket. 1 slice for Dv <= 256.
-  int v_slices = 1;
+  // A power of two: the kernels split blockIdx.x by a shift (a division by
+  // a runtime count cost the wgmma kernel 6 registers and ~7% at 96/64).
+  int v_slice_shift = 0;
   int v_slice_width = 0;
+  // The widest global access every row start of q, k, v and out allows
+  // (Problem::row_alignment of these tensors: 16, 8, 4 or 2 bytes): the
+  // mma.sync kernel's copies and stores narrow to it.
+  int copy_bytes = 16;
   float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
   MaskSemantics semantics;
 };

@@ -3,6 +3,7 @@
 // configuration, the launch.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -69,10 +70,8 @@ namespace {
 
 // Constraints shared by the 16-bit rows (wgmma, mma.sync) and the exact f32 row.
 Verdict prefill_layout_and_size(const Problem& p) {
-  if (!p.rows_contiguous_aligned)
-    return Verdict::no(
-        "rows must have stride 1 and 16-byte alignment (q, k, v and out: last-dimension stride "
-        "1, base pointer and every other stride a multiple of 16 bytes)");
+  if (p.row_alignment == 0)
+    return Verdict::no("rows must have stride 1 (q, k, v and out: last-dimension stride 1)");
   if (p.head_dim_qk > kLargestHeadDimQk)
     return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) + " exceeds the largest fused size " +
                        str(kLargestHeadDimQk));
@@ -165,6 +164,11 @@ void prefill_configure(const Problem& p, Plan& plan) {
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
+  if (p.row_alignment < 16)
+    return Verdict::no("rows are " + str(p.row_alignment) +
+                       "-byte aligned; the wgmma kernel's TMA loads need 16 (base pointer and "
+                       "every batch, head and row stride of q, k, v and out a multiple of 16 "
+                       "bytes)");
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (!hopper_fits(instance->head_dim_qk_bucket, instance->head_dim_v_bucket))
     return Verdict::no(
@@ -213,7 +217,15 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   params.kv_group_size = static_cast<int>(p.heads_q / p.heads_kv);
   params.head_dim_qk = static_cast<int>(p.head_dim_qk);
   params.head_dim_v = static_cast<int>(p.head_dim_v);
-  params.v_slices = static_cast<int>(plan.num_v_slices);
+  // The widest copy every row start allows (the mma.sync and f32 kernels
+  // take any; the wgmma row was chosen only for 16).
+  params.copy_bytes =
+      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
+  params.v_slice_shift = 0;
+  while ((int64_t{1} << params.v_slice_shift) < plan.num_v_slices) ++params.v_slice_shift;
+  if ((int64_t{1} << params.v_slice_shift) != plan.num_v_slices)
+    throw Error("fsdpa: internal: " + std::to_string(plan.num_v_slices) +
+                " column slices is not a power of two");
   // The 16-bit kernels step by their Dv bucket, the f32 one (runtime head
   // dims) by the columns a slice needs.
   params.v_slice_width = static_cast<int>(

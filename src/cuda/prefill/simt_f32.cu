@@ -32,9 +32,9 @@ size_t shared_bytes(int head_dim_qk, int head_dim_v) {
 __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams p) {
   constexpr float kMinusInf = -__builtin_huge_valf();
   extern __shared__ float shared[];
-  // This block's column slice of Dv (PrefillParams::v_slices).
-  const int row_blocks = static_cast<int>(gridDim.x) / p.v_slices;
-  const int column0 = static_cast<int>(blockIdx.x) % p.v_slices * p.v_slice_width;
+  // This block's column slice of Dv (PrefillParams::v_slice_shift).
+  const int column0 =
+      (static_cast<int>(blockIdx.x) & ((1 << p.v_slice_shift) - 1)) * p.v_slice_width;
   const int dqk = p.head_dim_qk, dv = min(p.v_slice_width, p.head_dim_v - column0);
   float* shared_q = shared;
   float* shared_k = shared_q + kRows * (dqk + 1);
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   const int tid = static_cast<int>(threadIdx.x);
   const int local_row = tid / kLanesPerRow;
   const int lane_in_row = tid % kLanesPerRow;
-  const int q_block = row_blocks - 1 - static_cast<int>(blockIdx.x) / p.v_slices;
+  const int q_block = static_cast<int>((gridDim.x - 1 - blockIdx.x) >> p.v_slice_shift);
   const int head = static_cast<int>(blockIdx.y);
   const int batch = static_cast<int>(blockIdx.z);
   const int kv_head = head / p.kv_group_size;
@@ -191,7 +191,7 @@ void simt_f32_launch(const PrefillParams& params, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel);
   prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill_f32");
   const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
-  const dim3 grid(static_cast<unsigned>(q_blocks * params.v_slices),
+  const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
   simt_f32_kernel<<<grid, kThreads, bytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());

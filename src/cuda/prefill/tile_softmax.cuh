@@ -22,28 +22,34 @@ constexpr float kMinusInf = -__builtin_huge_valf();
 // max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
 constexpr float kRescaleSlack = 8.0f;
 
-// One block's query rows [q0, q0 + tile_q) of one (batch, head), its output
-// columns [v_column0, v_column0 + v_columns) (the whole Dv but for column
-// slices: PrefillParams::v_slices), and the key tiles
-// [tile_begin, tile_begin + num_tiles) of tile_k keys that any of its rows
-// sees (causal and window skipping: begin and end are monotone in the row).
-// Heavy causal blocks (late query rows) run first: better tail balance; the
-// slices of one row block run side by side, so they share its K tiles in L2.
+// One block's query rows [q0, q0 + tile_q) of one (batch, head) and the key
+// tiles [tile_begin, tile_begin + num_tiles) of tile_k keys that any of its
+// rows sees (causal and window skipping: begin and end are monotone in the
+// row). Heavy causal blocks (late query rows) run first: better tail
+// balance; the column slices of one row block (v_slice) run side by side, so
+// they share its K tiles in L2.
 struct PrefillBlock {
   int head, batch, kv_head, q0;
-  int v_column0, v_columns;
   DeviceKeyRange first_range, last_range;  // visible keys of the first and last row
   int tile_begin, num_tiles;
 };
 
+// The block's output columns [column0, column0 + columns): all of Dv but for
+// column slices (PrefillParams::v_slice_shift), worked out where they are
+// used rather than kept live across the key loop.
+struct VSlice {
+  int column0, columns;
+};
+__device__ __forceinline__ VSlice v_slice(const PrefillParams& p) {
+  const int slice = static_cast<int>(blockIdx.x) & ((1 << p.v_slice_shift) - 1);
+  const int column0 = slice * p.v_slice_width;
+  return {column0, min(p.v_slice_width, p.head_dim_v - column0)};
+}
+
 __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, int tile_q,
                                                       int tile_k) {
   PrefillBlock b;
-  const int row_blocks = static_cast<int>(gridDim.x) / p.v_slices;
-  const int slice = static_cast<int>(blockIdx.x) % p.v_slices;
-  b.q0 = (row_blocks - 1 - static_cast<int>(blockIdx.x) / p.v_slices) * tile_q;
-  b.v_column0 = slice * p.v_slice_width;
-  b.v_columns = min(p.v_slice_width, p.head_dim_v - b.v_column0);
+  b.q0 = static_cast<int>((gridDim.x - 1 - blockIdx.x) >> p.v_slice_shift) * tile_q;
   b.head = static_cast<int>(blockIdx.y);
   b.batch = static_cast<int>(blockIdx.z);
   b.kv_head = b.head / p.kv_group_size;
@@ -58,21 +64,21 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, in
 
 // Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
 // score needs masking (the tile crosses a row's visible range, the end of the
-// keys, or an array mask applies) or the soft cap, which cannot be folded
-// into the exp2's FMA. `first` and `last` are the visible ranges of the
-// block's first and last rows.
-template <int kKeyTiles>
+// keys, or an array mask applies) or the soft cap (kSoftCap: the kernel's
+// instance for calls with one), which cannot be folded into the exp2's FMA.
+// `first` and `last` are the visible ranges of the block's first and last
+// rows.
+template <bool kSoftCap, int kKeyTiles>
 __device__ __forceinline__ bool tile_needs_mask(const MaskSemantics& sem, int k0,
                                                 const DeviceKeyRange& first,
                                                 const DeviceKeyRange& last) {
-  return sem.mask_kind != 0 || sem.softcap > 0.0f || k0 + kKeyTiles * 8 > first.end ||
-         k0 < last.begin;
+  return kSoftCap || sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
 }
 
-// Scales the tile's scores into the exp2 domain, soft-caps them when asked,
+// Scales the tile's scores into the exp2 domain, soft-caps them (kSoftCap),
 // and masks them: -inf outside a row's visible keys, plus the array mask (in
 // log2 units) where one applies.
-template <int kRowTiles, int kKeyTiles, typename RowOf>
+template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
 __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
                                             const MaskSemantics& sem, const RowOf& row_of, int k0,
                                             int quad, float scale_log2, int batch, int head) {
@@ -95,7 +101,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
           float value = kMinusInf;
           if (key >= range.begin && key < range.end) {
             value = s[m][n][2 * r + e] * scale_log2;
-            if (cap > 0.0f) value = soft_cap(value, cap, inverse_cap);
+            if constexpr (kSoftCap) value = soft_cap(value, cap, inverse_cap);
             if (masked_row)
               value += load_mask_value(sem.mask, sem.mask_dtype,
                                        mask_row_offset + key * sem.mask_strides[3]) *
@@ -186,10 +192,11 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
                                            const RowOf& row_of, int quad) {
   const MaskSemantics& sem = p.semantics;
   const int len_q = static_cast<int>(sem.len_q);
-  const int batch = block.batch, head = block.head, columns = block.v_columns;
+  const VSlice slice = v_slice(p);
+  const int batch = block.batch, head = block.head, columns = slice.columns;
   const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
   T* out_base =
-      static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + block.v_column0;
+      static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + slice.column0;
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -212,13 +219,14 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
         const int col = n * 8 + 2 * quad;
         const float x0 = o[m][n][2 * r] * inverse;
         const float x1 = o[m][n][2 * r + 1] * inverse;
-        if (col + 1 < columns) {
+        if (col + 1 < columns && p.copy_bytes >= 4) {
           *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
-        } else if (col < columns) {
+        } else if (col < columns) {  // the last odd column, or rows at odd element offsets
           out_row[col] = from_float<T>(x0);
+          if (col + 1 < columns) out_row[col + 1] = from_float<T>(x1);
         }
       }
-      if (p.lse != nullptr && quad == 0 && block.v_column0 == 0)
+      if (p.lse != nullptr && quad == 0 && slice.column0 == 0)
         p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
     }
 }
