@@ -101,6 +101,10 @@ ROWS = [  # (name, B, Hq, Hkv, Lk, Dqk, Dv, v aliases k)
       [(64, 64), (128, 128), (256, 256), (288, 288), (512, 512), (96, 64)]],
     ("mla", 1, 128, 1, 32768, 576, 512, True),
     ("mha", 1, 32, 32, 32768, 128, 128, False),  # one row per kv head
+    # Contiguous D=90: 180-byte rows, 4-byte aligned (narrow copies), and the
+    # aligned D=96 of the same bucket beside it.
+    ("unaligned", 1, 32, 8, 32768, 90, 90, False),
+    ("anchor", 1, 32, 8, 32768, 96, 96, False),
 ]
 
 

@@ -162,6 +162,7 @@ if [ "$STAGES" = coverage ]; then
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
   report_tests
+  sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
   sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*' 120 large-dims
   mkdir -p "$OUT/bench"
   t0=$(date +%s)
@@ -170,6 +171,14 @@ if [ "$STAGES" = coverage ]; then
     >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench (large): rc=$? $(($(date +%s) - t0)) s"
   grep -E "causal=" "$OUT/bench-prefill.log" | cut -c1-230 | tee -a "$SUMMARY"
+  $BUILD/bin/fsdpa plan --matrix >"$OUT/bench/support-matrix.md" 2>&1
+  # Decode of unaligned rows (D=90 contiguous) beside the aligned D=96.
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit 90)" \
+    python3 bench/decode_bench.py --rows 17,18 --out "$OUT/bench/h200-decode-unaligned.json" \
+    --md "$OUT/bench/h200-decode-unaligned.md" --png "$OUT/bench/h200-decode-unaligned.png" \
+    >"$OUT/bench-decode.log" 2>&1
+  say "decode bench (unaligned): rc=$?"
+  grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
   # AB_BASE=1: an A/B of the tree's library against the one built from
   # .devbuild/base.tgz (`git archive` of the commit to compare with), on the
   # main prefill table (fsdpa fused only) and the decode rows DECODE_ROWS,

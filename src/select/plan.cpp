@@ -235,11 +235,20 @@ std::string support_matrix() {
       {576, 512, "deepseek decode"},
       {1040, 1040, "-"},
   };
+  // Rows padded to 16 bytes, and contiguous rows (D * 2 bytes apart: 72 and 90
+  // give 16- and 4-byte alignment), which is what most callers pass.
   struct Column {
     const char* title;
     int64_t len_q;
+    bool contiguous;
   };
-  static const Column kColumns[] = {{"prefill (Lq=4096)", 4096}, {"decode (Lq=1)", 1}};
+  static const Column kColumns[] = {{"prefill (Lq=4096), rows padded to 16 B", 4096, false},
+                                    {"prefill (Lq=4096), contiguous rows", 4096, true},
+                                    {"decode (Lq=1), contiguous rows", 1, true}};
+  auto contiguous_alignment = [](int64_t dqk, int64_t dv) {
+    const int64_t bits = 2 * dqk | 2 * dv | 16;  // bf16 rows of q, k (Dqk) and v, out (Dv)
+    return static_cast<int>(bits & -bits);
+  };
 
   std::ostringstream s;
   s << "Selection table rows (priority order within a backend):\n\n";
@@ -254,8 +263,9 @@ std::string support_matrix() {
       s << ": not built into this library\n";
       continue;
     }
-    s << ":\n\n| Dqk/Dv | model | " << kColumns[0].title << " | " << kColumns[1].title
-      << " |\n|---|---|---|---|\n";
+    s << ":\n\n| Dqk/Dv | model |";
+    for (const Column& column : kColumns) s << " " << column.title << " |";
+    s << "\n|---|---|---|---|---|\n";
     for (const Shape& shape : kShapes) {
       s << "| " << shape.dqk << "/" << shape.dv << " | " << shape.where << " |";
       for (const Column& column : kColumns) {
@@ -269,14 +279,17 @@ std::string support_matrix() {
         problem.head_dim_v = shape.dv;
         problem.dtype = DType::BF16;
         problem.device = {backend == Backend::CPU ? DeviceType::CPU : DeviceType::CUDA, 0};
+        problem.row_alignment = column.contiguous ? contiguous_alignment(shape.dqk, shape.dv) : 16;
         Options options;
         options.policy = Policy::Auto;
         try {
           Plan p = plan(problem, options);
           s << " " << to_string(p.path) << " `" << p.kernel << "`";
           if (p.head_dim_qk_bucket > 0)
-            s << " " << p.head_dim_qk_bucket << "/" << p.head_dim_v_bucket << " (x" << std::fixed
-              << std::setprecision(2) << p.pad_ratio << std::defaultfloat << ")";
+            s << " " << p.head_dim_qk_bucket << "/" << p.head_dim_v_bucket
+              << (p.num_v_slices > 1 ? " x" + std::to_string(p.num_v_slices) + " slices" : "")
+              << " (x" << std::fixed << std::setprecision(2) << p.pad_ratio << std::defaultfloat
+              << ")";
           if (p.path == Path::Unfused) s << " (" << p.fallback_reason << ")";
           s << " |";
         } catch (const Error& e) {

@@ -22,22 +22,26 @@ const KernelRow kTable[] = {
      cuda::decode_mla_configure, cuda::decode_mla_launch,
      "few-query MLA (512 < Dqk <= 576, Dv <= 512, v a view of k's first Dv columns), bf16/f16, "
      "sm_90 only: 64 packed query rows per block on wgmma tensor cores, K tiles through TMA, "
-     "split-K + combine"},
+     "split-K + combine; rows 16-byte aligned (TMA)"},
     {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
-     "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine"},
+     "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine; rows of any alignment "
+     "(narrow copies below 16 bytes)"},
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
-     "bf16/f16, every Dqk, Dv <= 256 (the same buckets), sm_90 only: tiled online softmax on "
-     "wgmma tensor cores (warpgroup MMAs from 128-byte-swizzled shared memory)"},
+     "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "
+     "rows 16-byte aligned (TMA), sm_90 only: tiled online softmax on wgmma tensor cores "
+     "(warpgroup MMAs from 128-byte-swizzled shared memory)"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
-     "bf16/f16, every Dqk, Dv <= 256 (buckets of 16; 96/64 and 192/128 pairs): tiled online "
-     "softmax on mma.sync tensor cores"},
+     "bf16/f16, every Dqk <= 576, Dv <= 512 (buckets of 16 to 256, 96/64, 192/128; above 256 "
+     "Dqk buckets 288..576 with Dv in column slices), rows of any alignment (narrow copies "
+     "below 16 bytes): tiled online softmax on mma.sync tensor cores"},
     {"cuda_fused_prefill_f32", Backend::CUDA, Path::FusedPrefill, cuda::prefill_f32_supports,
      cuda::prefill_f32_configure, cuda::prefill_f32_launch,
-     "f32, every Dqk, Dv <= 256: exact tiled online softmax on FP32 CUDA cores (no TF32)"},
+     "f32, every Dqk <= 576, Dv <= 512 (Dv above 256 in column slices), any alignment: exact "
+     "tiled online softmax on FP32 CUDA cores (no TF32)"},
     {"cuda_unfused_cublas", Backend::CUDA, Path::Unfused, cuda::unfused_supports,
      cuda::unfused_configure, cuda::unfused_launch,
      "every valid shape: cuBLAS GEMMs + a masked-softmax kernel (materializes the scores)"},

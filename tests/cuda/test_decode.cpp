@@ -702,6 +702,38 @@ TEST(Decode, SoftCap) {
   run_case(c);
 }
 
+// Rows that are not 16-byte aligned: contiguous D = 59, 90, 100 (2-, 4- and
+// 8-byte aligned 16-bit rows; f32 rows 4- and 8-byte), through the split
+// kernels' narrow copies and element stores, with and without splits, BSHD,
+// masks and sinks; MLA at a width whose rows are 8-byte aligned declines the
+// wgmma kernel for the split one.
+TEST(Decode, UnalignedRows) {
+  int k = 0;
+  for (int64_t d : {59, 90, 100})
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+      Case c;
+      c.dqk = c.dv = d;
+      c.dtype = dtype;
+      c.len_q = 1 + k % 4;
+      c.len_k = 1153;
+      c.bshd = k % 2 == 1;
+      c.causal = k % 3 == 0;
+      c.mask = k % 4 == 1 ? MaskCase::AdditiveF32 : MaskCase::None;
+      c.sinks = k % 2 == 0;
+      c.splits = k % 3 == 1 ? 1 : 0;
+      run_case(c);
+      ++k;
+    }
+  Case c = mla_case();
+  c.dqk = 572;  // 1144-byte rows: 8-byte aligned
+  c.dv = 500;
+  c.heads_q = 16;
+  c.len_q = 2;
+  c.len_k = 400;
+  c.causal = true;
+  run_case(c);
+}
+
 TEST(Decode, FullyMaskedRowsAndSinks) {
   // Bottom-right causal with Lq > Lk: the first rows see nothing.
   for (bool sinks : {false, true})

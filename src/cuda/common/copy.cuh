@@ -25,35 +25,49 @@ __device__ __forceinline__ void cp_async_16_zfill(uint32_t shared_destination, c
 // (16-bit elements at odd offsets) no cp.async exists: the 8 elements go
 // through registers, a synchronous load the next barrier makes visible like
 // the asynchronous ones.
+template <int kWidth>
+__device__ __forceinline__ void cp_async_pieces(uint32_t shared_destination, const char* source,
+                                                int valid_bytes) {
+#pragma unroll
+  for (int offset = 0; offset < 16; offset += kWidth) {
+    const int bytes = min(max(valid_bytes - offset, 0), kWidth);
+    const char* from = source + (bytes > 0 ? offset : 0);
+    asm volatile(
+        "cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_destination + offset),
+        "l"(from), "n"(kWidth), "r"(bytes));
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void copy_16_narrow(uint32_t shared_destination, const T* source,
                                                int valid_bytes, int width) {
-  if (width == 8 || width == 4) {
-#pragma unroll 1
-    for (int offset = 0; offset < 16; offset += width) {
-      const int bytes = min(max(valid_bytes - offset, 0), width);
-      const char* from = reinterpret_cast<const char*>(source) + (bytes > 0 ? offset : 0);
-      if (width == 8)
-        asm volatile(
-            "cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_destination + offset),
-            "l"(from), "r"(bytes));
-      else
-        asm volatile(
-            "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared_destination + offset),
-            "l"(from), "r"(bytes));
-    }
-    return;
-  }
-  static_assert(sizeof(T) == 2, "16-bit elements");
-  uint16_t element[8];
+  if (width == 8)
+    return cp_async_pieces<8>(shared_destination, reinterpret_cast<const char*>(source),
+                              valid_bytes);
+  if (width == 4)
+    return cp_async_pieces<4>(shared_destination, reinterpret_cast<const char*>(source),
+                              valid_bytes);
+  if constexpr (sizeof(T) == 2) {  // wider elements are at least width-aligned
+    uint16_t element[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e)
-    element[e] = 2 * e < valid_bytes ? reinterpret_cast<const uint16_t*>(source)[e] : 0;
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_destination),
-               "r"(element[0] | static_cast<uint32_t>(element[1]) << 16),
-               "r"(element[2] | static_cast<uint32_t>(element[3]) << 16),
-               "r"(element[4] | static_cast<uint32_t>(element[5]) << 16),
-               "r"(element[6] | static_cast<uint32_t>(element[7]) << 16));
+    for (int e = 0; e < 8; ++e)
+      element[e] = 2 * e < valid_bytes ? reinterpret_cast<const uint16_t*>(source)[e] : 0;
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_destination),
+                 "r"(element[0] | static_cast<uint32_t>(element[1]) << 16),
+                 "r"(element[2] | static_cast<uint32_t>(element[3]) << 16),
+                 "r"(element[4] | static_cast<uint32_t>(element[5]) << 16),
+                 "r"(element[6] | static_cast<uint32_t>(element[7]) << 16));
+  }
+}
+
+// One 16-byte chunk from a source aligned to `alignment` bytes (16, 8, 4, 2).
+template <typename T>
+__device__ __forceinline__ void copy_16(uint32_t shared_destination, const T* source,
+                                        int valid_bytes, int alignment) {
+  if (alignment >= 16)
+    cp_async_16_zfill(shared_destination, source, valid_bytes);
+  else
+    copy_16_narrow(shared_destination, source, valid_bytes, alignment);
 }
 
 // Warms L2 with `bytes` (rounded down to 16) from `source` (16-byte
@@ -107,10 +121,7 @@ __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_
     if (row0 + row >= num_rows) bytes = 0;
     const T* source =
         bytes > 0 ? global + static_cast<int64_t>(row0 + row) * row_stride + col : global;
-    if (source_alignment >= 16)
-      cp_async_16_zfill(shared_address(shared + row * kStride + col), source, bytes);
-    else
-      copy_16_narrow(shared_address(shared + row * kStride + col), source, bytes, source_alignment);
+    copy_16(shared_address(shared + row * kStride + col), source, bytes, source_alignment);
   }
 }
 
@@ -160,6 +171,36 @@ __device__ __forceinline__ void cp_async_tile_rows(uint32_t shared, const T* glo
       from += pass_stride;
       to += kPassBytes;
     }
+  }
+}
+
+// cp_async_tile_rows for rows aligned to fewer than 16 bytes (`alignment`:
+// 8, 4 or 2): the same chunks and threads, each chunk through
+// copy_16_narrow, none of the 16-byte path's unrolling.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void copy_tile_rows_narrow(uint32_t shared, const T* global,
+                                                      int64_t row_stride, int row0, int num_rows,
+                                                      int num_cols, int alignment) {
+  constexpr int kElementsPerChunk = 16 / static_cast<int>(sizeof(T));
+  static_assert(kCols % kElementsPerChunk == 0, "16-byte chunks");
+  constexpr int kChunksPerRow = kCols / kElementsPerChunk;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
+  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
+  const int col = static_cast<int>(threadIdx.x) % kChunksPerRow * kElementsPerChunk;
+  const int remaining = num_cols - col;
+  if (row >= kRowsPerPass || remaining <= 0) return;
+  const int bytes = remaining >= kElementsPerChunk ? 16 : remaining * static_cast<int>(sizeof(T));
+  const T* from = global + (row0 + row) * row_stride + col;
+  const int64_t pass_stride = row_stride * kRowsPerPass;
+  uint32_t to = shared + static_cast<uint32_t>((row * kStride + col) * sizeof(T));
+#pragma unroll 1
+  for (int r = row; r < kRows; r += kRowsPerPass) {
+    const bool valid = row0 + r < num_rows;
+    copy_16_narrow(to, valid ? from : global, valid ? bytes : 0, alignment);
+    from += pass_stride;
+    to += kPassBytes;
   }
 }
 

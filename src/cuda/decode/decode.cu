@@ -13,6 +13,7 @@
 
 #include "core/semantics.h"
 #include "core/tensor.h"
+#include "core/validate.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "cuda/decode/decode.h"
@@ -139,13 +140,7 @@ Verdict decode_supports(const Problem& p, const Options&) {
   if (p.dtype != DType::F16 && p.dtype != DType::BF16 && p.dtype != DType::F32)
     return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
                        " is not one of f16, bf16, f32");
-  if (p.row_alignment < 16)
-    return Verdict::no(
-        p.row_alignment == 0
-            ? std::string("rows must have stride 1 (q, k, v, out)")
-            : "rows are " + std::to_string(p.row_alignment) +
-                  "-byte aligned; the decode kernels' copies need 16 (q, k, v, out; the "
-                  "prefill rows take the others)");
+  if (p.row_alignment == 0) return Verdict::no("rows must have stride 1 (q, k, v, out)");
   if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
     return Verdict::no("len_k=" + std::to_string(p.len_k) +
                        ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +
@@ -234,6 +229,8 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.k = t.k.data;
   d.v = t.v.data;
   d.out = t.out.data;
+  d.copy_bytes =
+      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
   d.q_strides = strides(t.q);
   d.k_strides = strides(t.k);
   d.v_strides = strides(t.v);

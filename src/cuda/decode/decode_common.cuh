@@ -257,11 +257,11 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
       const int2 hi = packed_row(p, b, r);
       T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
                hi.y * p.out_strides.row + d;
-      // Rows start 16-byte aligned: 4 elements at a multiple of 4 are one vector.
+      // Where rows start 16-byte aligned, 4 elements at a multiple of 4 are one vector.
       alignas(16) T x[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) x[e] = from_float<T>(v[e] * scale);
-      if (columns == 4) {
+      if (columns == 4 && p.copy_bytes >= 16) {
         if constexpr (sizeof(T) == 2)
           *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(x);
         else

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_qk - c * kVec) * int(sizeof(T))) : 0;
       const T* src = bytes > 0 ? k_rows + j * p.k_strides.row + c * kVec : k_rows;
-      cp_async_16_zfill(shared_address(k_dst + key * C::kRowK + c * kVec), src, bytes);
+      copy_16(shared_address(k_dst + key * C::kRowK + c * kVec), src, bytes, p.copy_bytes);
     }
     if (v_aliases_k) return;
     T* v_dst = k_dst + kKeys * C::kRowK;
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_v - c * kVec) * int(sizeof(T))) : 0;
       const T* src = bytes > 0 ? v_rows + j * p.v_strides.row + c * kVec : v_rows;
-      cp_async_16_zfill(shared_address(v_dst + key * C::kRowV + c * kVec), src, bytes);
+      copy_16(shared_address(v_dst + key * C::kRowV + c * kVec), src, bytes, p.copy_bytes);
     }
   };
 

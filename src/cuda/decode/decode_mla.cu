@@ -566,6 +566,9 @@ Verdict decode_mla_supports(const Problem& p, const Options& options) {
   if (p.head_dim_qk <= 512)
     return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                        ": the MLA kernel serves 512 < head_dim_qk <= 576");
+  if (p.row_alignment < 16)
+    return Verdict::no("rows are " + std::to_string(p.row_alignment) +
+                       "-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
   if (!kWgmmaKernelsBuilt)
     return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())

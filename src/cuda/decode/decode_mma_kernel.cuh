@@ -103,6 +103,15 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
+    if (p.copy_bytes < 16) {  // rows not 16-byte aligned: narrow copies
+      copy_tile_rows_narrow<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0,
+                                                              key_end, p.head_dim_qk, p.copy_bytes);
+      if (!v_aliases_k)
+        copy_tile_rows_narrow<kStageKeys, DV, kRowV, kThreads>(
+            k_dst + kStageKeys * kRowK * sizeof(T), v_rows, p.v_strides.row, key0, key_end,
+            p.head_dim_v, p.copy_bytes);
+      return;
+    }
     cp_async_tile_rows<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0,
                                                          key_end, p.head_dim_qk);
     if (!v_aliases_k)
@@ -113,7 +122,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   // The first stages' K and V rows into L2 while the kernel before may
   // still run (a prefetch reads nothing into the block): -0.6 us a call at
   // Lk=32768, D=128 (bench/NOTES.md, session 7).
-  {
+  if (p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned rows
     const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
     for (int i = tid; i < 2 * ahead; i += kThreads) {
       const bool is_v = i >= ahead;
@@ -138,7 +147,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
     const uint32_t row = shared_address(q_s + r * kRowQ);
     for (int c = tid % kThreadsPerRow; c < DQK / 8; c += kThreadsPerRow) {
       const int bytes = 2 * max(0, min(8, source.columns - c * 8));
-      cp_async_16_zfill(row + c * 16, bytes > 0 ? source.source + c * 8 : source.source, bytes);
+      copy_16(row + c * 16, bytes > 0 ? source.source + c * 8 : source.source, bytes, p.copy_bytes);
     }
   }
 #pragma unroll

@@ -45,6 +45,10 @@ struct DecodeParams {
   int64_t window_left = 0;
   int32_t causal_offset = 0;  // Lk - Lq (bottom-right) or 0 (top-left)
   int32_t v_aliases_k = 0;    // MLA: v is the first Dv columns of k: read them once
+  // The widest access every row start of q, k, v and out allows
+  // (Problem::row_alignment: 16, 8, 4 or 2 bytes); below 16 the split
+  // kernels copy through copy_16_narrow and store element by element.
+  int32_t copy_bytes = 16;
   // Keys [key_begin, key_end) hold every key any row can see; split s covers
   // [key_begin + s * keys_per_split, ...) of it.
   int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
