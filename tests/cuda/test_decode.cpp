@@ -796,10 +796,8 @@ TEST(DecodeErrors, Reasons) {
   p.head_dim_v = 600;
   EXPECT_EQ(decline(p), "head_dim_v=600 exceeds the largest fused size 512");
   p = decode_problem();
-  p.row_alignment = 4;
-  EXPECT_EQ(decline(p),
-            "rows are 4-byte aligned; the decode kernels' copies need 16 (q, k, v, out; the "
-            "prefill rows take the others)");
+  p.row_alignment = 2;  // served: narrow copies
+  EXPECT_TRUE(detail::cuda::decode_supports(p, {}).ok);
   p.row_alignment = 0;
   EXPECT_EQ(decline(p), "rows must have stride 1 (q, k, v, out)");
 }
@@ -825,6 +823,9 @@ TEST(DecodeErrors, MlaReasons) {
   p = mla;
   p.head_dim_qk = 512;
   EXPECT_EQ(reason(p), "head_dim_qk=512: the MLA kernel serves 512 < head_dim_qk <= 576");
+  p = mla;
+  p.row_alignment = 8;
+  EXPECT_EQ(reason(p), "rows are 8-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
   p = mla;
   p.len_q = 4096;  // the decode family's own limits come first
   EXPECT_EQ(reason(p), "len_q=4096 exceeds the decode limit " +
