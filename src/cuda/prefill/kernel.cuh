@@ -21,9 +21,8 @@ namespace fsdpa::detail::cuda {
 
 // kTileCode (encode_tile) is the tuning table's row but in
 // bench/prefill_tune.cu, which times others. kSoftCap: the instance for calls
-// with a soft cap, which sends every tile through mask_scores; a runtime
-// branch there instead cost the calls without one up to 8% (96/64: 4 more
-// registers and a slower loop, bench/NOTES.md).
+// with a soft cap, which sends every tile through mask_scores; as a runtime
+// branch it slowed the calls without one (bench/NOTES.md, session 11).
 template <int kDqk, int kDv, typename T, int kTileCode, bool kSoftCap>
 __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
                                   decode_tile(kTileCode).min_blocks)

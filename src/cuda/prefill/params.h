@@ -30,7 +30,8 @@ struct PrefillParams {
   // [s * v_slice_width, min((s + 1) * v_slice_width, head_dim_v)), and
   // v_slice_width is at most the kernel's Dv bucket. 1 slice for Dv <= 256.
   // A power of two: the kernels split blockIdx.x by a shift (a division by
-  // a runtime count cost the wgmma kernel 6 registers and ~7% at 96/64).
+  // a runtime count cost the wgmma kernel registers and speed: bench/NOTES.md,
+  // session 11).
   int v_slice_shift = 0;
   int v_slice_width = 0;
   // The widest global access every row start of q, k, v and out allows
