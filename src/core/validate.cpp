@@ -1,10 +1,12 @@
 #include "core/validate.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -42,6 +44,34 @@ bool known(DeviceType type) {
   return false;
 }
 
+std::string list(const std::array<int64_t, kMaxRank>& values, int rank) {
+  std::string s = "[";
+  for (int d = 0; d < rank; ++d) s += (d > 0 ? ", " : "") + std::to_string(values[d]);
+  return s + "]";
+}
+
+// The memory a view may span (kMaxSpanBytes), checked without overflow: its
+// element count and its extent (the offset of its last element, plus one)
+// times the element size. Every size, offset and workspace product the
+// library forms from sizes under this bound fits in 64 bits.
+void check_span(const TensorView& t, const char* name) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] == 0) return;  // no element: nothing is read or written
+  const int64_t bytes = static_cast<int64_t>(element_size(t.dtype));
+  int64_t count = 1, last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t term = 0;
+    const bool overflow = __builtin_mul_overflow(count, t.sizes[d], &count) ||
+                          __builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &term) ||
+                          __builtin_add_overflow(last, term, &last);
+    if (overflow || count > kMaxSpanBytes / bytes || last >= kMaxSpanBytes / bytes)
+      throw_invalid(std::string(name) + ": sizes " + list(t.sizes, t.rank) + " with strides " +
+                    list(t.strides, t.rank) + " span more than " + std::to_string(kMaxSpanBytes) +
+                    " bytes (2^52) from dimension " + std::to_string(d) + " on (size " +
+                    std::to_string(t.sizes[d]) + ", stride " + std::to_string(t.strides[d]) + ")");
+  }
+}
+
 std::string device_name(Device device) {
   return std::string(to_string(device.type)) + ":" + std::to_string(device.index);
 }
@@ -68,6 +98,7 @@ void check_view(const TensorView& t, const char* name, int rank, const char* lay
       throw_invalid(std::string(name) + ": stride " + std::to_string(d) + " is " +
                     std::to_string(t.strides[d]) + "; negative strides are not supported");
   }
+  check_span(t, name);
   if (t.data == nullptr && element_count(t) > 0)
     throw_invalid(std::string(name) + ": data is null but the tensor has " +
                   std::to_string(element_count(t)) + " elements");
@@ -178,6 +209,40 @@ int row_alignment(const TensorView& t) {
   for (int d = 0; d < 3; ++d)
     if (t.sizes[d] > 1) bits |= static_cast<uint64_t>(t.strides[d]) * bytes;
   return static_cast<int>(bits & (~bits + 1));  // the lowest set bit: at most 16
+}
+
+void check_problem(const Problem& p) {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"batch", p.batch},          {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv},
+      {"len_q", p.len_q},          {"len_k", p.len_k},     {"head_dim_qk", p.head_dim_qk},
+      {"head_dim_v", p.head_dim_v}};
+  for (const auto& [what, size] : sizes)
+    if (size < 0)
+      throw_invalid("problem: " + std::string(what) + " must be >= 0, got " + std::to_string(size));
+  if (p.heads_q > 0 && (p.heads_kv == 0 || p.heads_q % p.heads_kv != 0))
+    throw_invalid("problem: heads_q=" + std::to_string(p.heads_q) +
+                  " is not a multiple of heads_kv=" + std::to_string(p.heads_kv));
+  if (!known(p.dtype))
+    throw_invalid("problem: unknown dtype value " + std::to_string(static_cast<int>(p.dtype)));
+  struct Span {
+    const char* tensor;
+    int64_t a, b, c, d;
+  };
+  const Span spans[] = {{"q", p.batch, p.heads_q, p.len_q, p.head_dim_qk},
+                        {"k", p.batch, p.heads_kv, p.len_k, p.head_dim_qk},
+                        {"v", p.batch, p.heads_kv, p.len_k, p.head_dim_v},
+                        {"out", p.batch, p.heads_q, p.len_q, p.head_dim_v}};
+  const int64_t bytes = static_cast<int64_t>(element_size(p.dtype));
+  for (const Span& s : spans) {
+    if (s.a == 0 || s.b == 0 || s.c == 0 || s.d == 0) continue;
+    int64_t count = 0;
+    if (__builtin_mul_overflow(s.a, s.b, &count) || __builtin_mul_overflow(count, s.c, &count) ||
+        __builtin_mul_overflow(count, s.d, &count) || count > kMaxSpanBytes / bytes)
+      throw_invalid("problem: " + std::string(s.tensor) + " of sizes [" + std::to_string(s.a) +
+                    ", " + std::to_string(s.b) + ", " + std::to_string(s.c) + ", " +
+                    std::to_string(s.d) + "] spans more than " + std::to_string(kMaxSpanBytes) +
+                    " bytes (2^52)");
+  }
 }
 
 void check_options(const Options& options) {

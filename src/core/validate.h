@@ -18,6 +18,15 @@ Policy resolve_policy(const Options& options);
 // Throws InvalidArgument for an out-of-range enum or a bad scale / window.
 void check_options(const Options& options);
 
+// The most bytes one tensor may span (its element count and the offset of its
+// last element, times the element size): 2^52, 4 PiB. describe() and plan()
+// raise InvalidArgument past it, so that no size or workspace product wraps.
+inline constexpr int64_t kMaxSpanBytes = int64_t{1} << 52;
+
+// Throws InvalidArgument for a Problem that no tensors could describe:
+// negative sizes, heads that do not divide, or tensors past kMaxSpanBytes.
+void check_problem(const Problem& problem);
+
 // Problem::row_alignment of one view: the largest of 16, 8, 4, 2 bytes that
 // divides its base address and its batch, head and row strides in bytes
 // (sizes of 1 impose nothing), or 0 when its last dimension has a stride

@@ -91,6 +91,7 @@ namespace detail {
 
 Plan plan_for_row(const Problem& problem, const Options& options, int row_index) {
   check_options(options);
+  check_problem(problem);
   if (row_index < 0 || row_index >= static_cast<int>(selection_table().size()))
     throw_invalid("plan_for_row: row " + std::to_string(row_index) + " of a table of " +
                   std::to_string(selection_table().size()));
@@ -101,6 +102,7 @@ Plan plan_for_row(const Problem& problem, const Options& options, int row_index)
 
 Plan plan(const Problem& problem, const Options& options) {
   detail::check_options(options);
+  detail::check_problem(problem);
   const Policy policy = detail::resolve_policy(options);
   const Backend backend = backend_for(problem.device);
   if (!detail::backend_built(backend))

@@ -547,6 +547,27 @@ static void test_errors(void) {
   o.window_left = -1;
   CHECK_ERROR(fsdpa_attention(&p.tensors, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
               "window_left: expected >= 0, got -1");
+  /* Sizes and strides whose products overflow 64 bits: the element count
+   * wraps to 0 (so a null-data check would pass), the extent wraps, a stride
+   * of INT64_MAX. Each is a named error before anything is read. */
+  {
+    fsdpa_tensors wrapped = p.tensors;
+    const int64_t big = (int64_t)1 << 59;
+    wrapped.q.data = NULL;
+    wrapped.q.sizes[0] = 1, wrapped.q.sizes[1] = 1, wrapped.q.sizes[2] = 32,
+    wrapped.q.sizes[3] = big;
+    wrapped.q.strides[0] = 0, wrapped.q.strides[1] = 0, wrapped.q.strides[2] = big;
+    wrapped.q.strides[3] = 1;
+    o = fsdpa_options_init();
+    CHECK_ERROR(fsdpa_attention(&wrapped, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
+                "q: sizes [1, 1, 32, 576460752303423488] with strides [0, 0, 576460752303423488, "
+                "1] span more than 4503599627370496 bytes (2^52)");
+    wrapped = p.tensors;
+    wrapped.k.strides[2] = INT64_MAX;
+    CHECK_ERROR(fsdpa_attention(&wrapped, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT, "k: sizes [");
+    CHECK_ERROR(fsdpa_plan_create(&wrapped, &o, &plan), FSDPA_ERROR_INVALID_ARGUMENT,
+                "span more than 4503599627370496 bytes (2^52) from dimension 2");
+  }
   o = fsdpa_options_init();
   o.softcap = -2.0;
   CHECK_ERROR(fsdpa_attention(&p.tensors, &o, NULL), FSDPA_ERROR_INVALID_ARGUMENT,

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -754,6 +755,74 @@ TEST(RunChecks, ForgedPlans) {
 }
 
 // plan() on a CUDA problem without the CUDA backend, and on an unknown device.
+// Sizes and strides whose products overflow 64 bits (or pass 2^52 bytes):
+// named errors, out never written, for q, k, v, out, mask and plan(Problem).
+TEST(Overflow, SpansPastTheLimitAreNamedErrors) {
+  const int64_t big = int64_t{1} << 62;
+  struct Case {
+    const char* name;
+    std::function<void(Tensors&)> mutate;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"count_wraps",
+       [](Tensors& t) {
+         t.q.data = nullptr;
+         t.q.sizes = {1, 1, 32, int64_t{1} << 59};
+         t.q.strides = {0, 0, int64_t{1} << 59, 1};
+       },
+       "fsdpa: q: sizes [1, 1, 32, 576460752303423488] with strides [0, 0, 576460752303423488, 1] "
+       "span more than 4503599627370496 bytes (2^52) from dimension 2 on (size 32, stride "
+       "576460752303423488)"},
+      {"four_huge",
+       [&](Tensors& t) {
+         for (TensorView* v : {&t.q, &t.k, &t.v, &t.out}) {
+           v->data = nullptr;
+           v->sizes = {1, big, big, 1};
+         }
+       },
+       "fsdpa: q: sizes [1, 4611686018427387904, 4611686018427387904, 1]"},
+      {"out_row_stride", [&](Tensors& t) { t.out.strides[2] = big; },
+       "fsdpa: out: sizes [2, 4, 5, 6] with strides"},
+      {"k_row_stride", [](Tensors& t) { t.k.strides[2] = std::numeric_limits<int64_t>::max(); },
+       "fsdpa: k: sizes [2, 2, 6, 8] with strides"},
+      {"mask_stride", [&](Tensors& t) { t.mask->strides[3] = big; },
+       "fsdpa: mask: sizes [2, 4, 5, 6] with strides"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    AttentionCase base = base_case();
+    Rng rng(base_seed());
+    AttentionData d = make_data(base, rng);
+    Tensors t = d.tensors;
+    c.mutate(t);
+    const std::vector<std::byte> out_before(
+        static_cast<const std::byte*>(d.tensors.out.data),
+        static_cast<const std::byte*>(d.tensors.out.data) + 4 * 2 * 4 * 5 * 6);
+    expect_error([&] { attention(t, d.options); }, Kind::Invalid, c.message);
+    expect_error([&] { (void)describe(t, d.options); }, Kind::Invalid, c.message);
+    EXPECT_EQ(std::memcmp(out_before.data(), d.tensors.out.data, out_before.size()), 0);
+  }
+  Problem p;
+  p.batch = 1;
+  p.heads_q = p.heads_kv = 1;
+  p.len_q = p.len_k = 32;
+  p.head_dim_qk = int64_t{1} << 59;
+  p.head_dim_v = 8;
+  p.dtype = DType::F32;
+  expect_error([&] { (void)plan(p, {}); }, Kind::Invalid,
+               "fsdpa: problem: q of sizes [1, 1, 32, 576460752303423488] spans more than "
+               "4503599627370496 bytes (2^52)");
+  p.head_dim_qk = 8;
+  p.len_k = -1;
+  expect_error([&] { (void)plan(p, {}); }, Kind::Invalid,
+               "fsdpa: problem: len_k must be >= 0, got -1");
+  p.len_k = 32;
+  p.heads_kv = 0;
+  expect_error([&] { (void)plan(p, {}); }, Kind::Invalid,
+               "fsdpa: problem: heads_q=1 is not a multiple of heads_kv=0");
+}
+
 TEST(PlanErrors, DeviceProblems) {
   Problem problem;
   problem.batch = 1;
