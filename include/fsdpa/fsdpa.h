@@ -136,7 +136,7 @@ struct Problem {
   DType mask_dtype = DType::F32;  // meaningful when mask != None
   bool has_sinks = false;
   bool has_lse = false;
-  // Bytes: the largest of 16, 8, 4 and 2 that divides the base address and
+  // Bytes: the largest of 16, 8, 4, 2 and 1 that divides the base address and
   // every batch, head and row stride (in bytes) of q, k, v and out, i.e. the
   // widest access every row start allows (TMA and 16-byte copies need 16);
   // 0 when a last dimension of theirs does not have stride 1.

@@ -23,7 +23,9 @@ inline float load_as_float(const void* data, DType dtype, int64_t offset) {
     case DType::BF16:
       return bf16_to_float(static_cast<const uint16_t*>(data)[offset]);
     case DType::Bool:
-      return static_cast<const bool*>(data)[offset] ? 1.0f : 0.0f;
+      // As bytes: any nonzero byte means true (a bool object holding 2 would be
+      // undefined behaviour).
+      return static_cast<const uint8_t*>(data)[offset] != 0 ? 1.0f : 0.0f;
   }
   throw Error("fsdpa: internal: load_as_float of unknown dtype");
 }

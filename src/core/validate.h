@@ -27,7 +27,7 @@ inline constexpr int64_t kMaxSpanBytes = int64_t{1} << 52;
 // negative sizes, heads that do not divide, or tensors past kMaxSpanBytes.
 void check_problem(const Problem& problem);
 
-// Problem::row_alignment of one view: the largest of 16, 8, 4, 2 bytes that
+// Problem::row_alignment of one view: the largest of 16, 8, 4, 2, 1 bytes that
 // divides its base address and its batch, head and row strides in bytes
 // (sizes of 1 impose nothing), or 0 when its last dimension has a stride
 // other than 1 (and a size above 1).

@@ -198,6 +198,29 @@ TEST(Reference, HandComputed) {
   }
 }
 
+// A boolean mask is bytes: any nonzero byte keeps the key, on every path
+// (a bool object holding 2 would be undefined behaviour).
+TEST(Reference, BoolMaskNonzeroBytesKeep) {
+  float q[] = {1}, k[] = {1, 2, 3}, v[] = {3, 5, 7}, out[] = {0}, lse[] = {0};
+  unsigned char mask[] = {2, 0, 255};
+  Tensors t;
+  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
+  t.k = contiguous_view(k, DType::F32, {1, 1, 3, 1});
+  t.v = contiguous_view(v, DType::F32, {1, 1, 3, 1});
+  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
+  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  t.mask = contiguous_view(mask, DType::Bool, {1, 1, 1, 3});
+  Options o;
+  o.scale = 1.0;
+  const double a = std::exp(1.0), c = std::exp(3.0);
+  for (Policy policy : {Policy::ForceFused, Policy::Unfused}) {
+    o.policy = policy;
+    attention(t, o);
+    EXPECT_NEAR(out[0], (a * 3 + c * 7) / (a + c), 1e-5) << to_string(policy);
+    EXPECT_NEAR(lse[0], std::log(a + c), 1e-6) << to_string(policy);
+  }
+}
+
 // The soft cap by hand: scale 1, cap 1: s = (tanh 1, tanh 2), the mask added
 // after the cap (an additive -0.5 on key 1), on every path.
 TEST(Reference, SoftCapHandComputed) {

@@ -416,6 +416,15 @@ TEST(PrefillSelection, UnalignedRowsRunFusedAndNameTheConstraint) {
               std::string::npos)
         << reason;
   }
+  try {  // a byte-aligned bf16 row: no kernel loads half elements
+    (void)plan(problem_of(64, 64, 1), forced());
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda_fused_prefill: rows are 1-byte aligned, below the "
+                                         "2-byte elements the kernels load whole"),
+              std::string::npos)
+        << e.what();
+  }
   try {
     (void)plan(problem_of(64, 64, 0), forced());
     FAIL() << "expected Unsupported";

@@ -141,6 +141,10 @@ Verdict decode_supports(const Problem& p, const Options&) {
     return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
                        " is not one of f16, bf16, f32");
   if (p.row_alignment == 0) return Verdict::no("rows must have stride 1 (q, k, v, out)");
+  if (p.row_alignment < int(element_size(p.dtype)))
+    return Verdict::no("rows are " + std::to_string(p.row_alignment) + "-byte aligned, below the " +
+                       std::to_string(element_size(p.dtype)) +
+                       "-byte elements the kernels load whole");
   if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
     return Verdict::no("len_k=" + std::to_string(p.len_k) +
                        ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +

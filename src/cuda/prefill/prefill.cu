@@ -72,6 +72,10 @@ namespace {
 Verdict prefill_layout_and_size(const Problem& p) {
   if (p.row_alignment == 0)
     return Verdict::no("rows must have stride 1 (q, k, v and out: last-dimension stride 1)");
+  if (p.row_alignment < static_cast<int>(element_size(p.dtype)))
+    return Verdict::no("rows are " + str(p.row_alignment) + "-byte aligned, below the " +
+                       str(static_cast<int64_t>(element_size(p.dtype))) +
+                       "-byte elements the kernels load whole");
   if (p.head_dim_qk > kLargestHeadDimQk)
     return Verdict::no("head_dim_qk=" + str(p.head_dim_qk) + " exceeds the largest fused size " +
                        str(kLargestHeadDimQk));
