@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/half.h"
 #include "fsdpa/fsdpa.h"
@@ -13,15 +14,29 @@ inline int64_t offset_of(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_
   return i0 * t.strides[0] + i1 * t.strides[1] + i2 * t.strides[2] + i3 * t.strides[3];
 }
 
+// Element `offset` of a buffer of T, through memcpy: callers' pointers need
+// only byte alignment, and a misaligned T* access would be undefined.
+template <typename T>
+inline T read_element(const void* data, int64_t offset) {
+  T x;
+  std::memcpy(&x, static_cast<const char*>(data) + offset * static_cast<int64_t>(sizeof(T)),
+              sizeof(T));
+  return x;
+}
+template <typename T>
+inline void write_element(void* data, int64_t offset, T x) {
+  std::memcpy(static_cast<char*>(data) + offset * static_cast<int64_t>(sizeof(T)), &x, sizeof(T));
+}
+
 // Reads element `offset` (in elements) of a buffer of `dtype` as float.
 inline float load_as_float(const void* data, DType dtype, int64_t offset) {
   switch (dtype) {
     case DType::F32:
-      return static_cast<const float*>(data)[offset];
+      return read_element<float>(data, offset);
     case DType::F16:
-      return f16_to_float(static_cast<const uint16_t*>(data)[offset]);
+      return f16_to_float(read_element<uint16_t>(data, offset));
     case DType::BF16:
-      return bf16_to_float(static_cast<const uint16_t*>(data)[offset]);
+      return bf16_to_float(read_element<uint16_t>(data, offset));
     case DType::Bool:
       // As bytes: any nonzero byte means true (a bool object holding 2 would be
       // undefined behaviour).
@@ -33,13 +48,13 @@ inline float load_as_float(const void* data, DType dtype, int64_t offset) {
 inline void store_from_float(void* data, DType dtype, int64_t offset, float value) {
   switch (dtype) {
     case DType::F32:
-      static_cast<float*>(data)[offset] = value;
+      write_element<float>(data, offset, value);
       return;
     case DType::F16:
-      static_cast<uint16_t*>(data)[offset] = float_to_f16(value);
+      write_element<uint16_t>(data, offset, float_to_f16(value));
       return;
     case DType::BF16:
-      static_cast<uint16_t*>(data)[offset] = float_to_bf16(value);
+      write_element<uint16_t>(data, offset, float_to_bf16(value));
       return;
     case DType::Bool:
       break;

@@ -139,6 +139,7 @@ void fused_combine_avx2(const FusedArgs& args, int64_t item);
 #endif
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/half.h"
@@ -258,6 +259,21 @@ inline typename Storage<D>::type narrow(float x) {
   }
 }
 
+// Element access through memcpy: the caller's pointers need only byte
+// alignment (an f32 tensor may start at an odd address), and a load through
+// a misaligned T* would be undefined behaviour; memcpy compiles to the same
+// plain load.
+template <typename T>
+inline T load_element(const T* p) {
+  T x;
+  std::memcpy(&x, p, sizeof(T));
+  return x;
+}
+template <typename T>
+inline void store_element(T* p, T x) {
+  std::memcpy(p, &x, sizeof(T));
+}
+
 // dst[i] = src[i * stride] as f32, i < n.
 template <DType D>
 void load_row(const void* base, int64_t offset, int64_t stride, int64_t n, float* __restrict dst) {
@@ -272,9 +288,9 @@ void load_row(const void* base, int64_t offset, int64_t stride, int64_t n, float
             dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     }
 #endif
-    for (; i < n; ++i) dst[i] = widen<D>(src[i]);
+    for (; i < n; ++i) dst[i] = widen<D>(load_element(src + i));
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = widen<D>(src[i * stride]);
+    for (int64_t i = 0; i < n; ++i) dst[i] = widen<D>(load_element(src + i * stride));
   }
 }
 
@@ -355,19 +371,20 @@ void apply_mask(const FusedArgs& a, int64_t b, int64_t h, int64_t i, int64_t k0,
   switch (a.mask_dtype) {
     case DType::F32: {
       const float* m = static_cast<const float*>(a.mask) + offset;
-      for (int64_t j = 0; j < keys; ++j) s_col[j * rows_pad] += m[j * stride] * kLog2e;
+      for (int64_t j = 0; j < keys; ++j)
+        s_col[j * rows_pad] += load_element(m + j * stride) * kLog2e;
       return;
     }
     case DType::F16: {
       const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
       for (int64_t j = 0; j < keys; ++j)
-        s_col[j * rows_pad] += widen<DType::F16>(m[j * stride]) * kLog2e;
+        s_col[j * rows_pad] += widen<DType::F16>(load_element(m + j * stride)) * kLog2e;
       return;
     }
     case DType::BF16: {
       const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
       for (int64_t j = 0; j < keys; ++j)
-        s_col[j * rows_pad] += widen<DType::BF16>(m[j * stride]) * kLog2e;
+        s_col[j * rows_pad] += widen<DType::BF16>(load_element(m + j * stride)) * kLog2e;
       return;
     }
     case DType::Bool:
@@ -446,7 +463,7 @@ void finalize_row(const FusedArgs& a, const ItemRows& x, int64_t r, float m, flo
   using T = typename Storage<D>::type;
   const int64_t h = x.h0 + r % x.nh, i = x.i0 + r / x.nh;
   const double row_max = static_cast<double>(m) * kLn2;  // natural units; -inf stays
-  const double sink = a.sinks ? static_cast<double>(a.sinks[h * a.sinks_stride])
+  const double sink = a.sinks ? static_cast<double>(load_element(a.sinks + h * a.sinks_stride))
                               : -std::numeric_limits<double>::infinity();
   const double top = (row_max > sink ? row_max : sink);
   double factor = 0.0, lse = -std::numeric_limits<double>::infinity();
@@ -461,15 +478,15 @@ void finalize_row(const FusedArgs& a, const ItemRows& x, int64_t r, float m, flo
       static_cast<T*>(a.out) + x.b * a.out_strides[0] + h * a.out_strides[1] + i * a.out_strides[2];
   const int64_t s3 = a.out_strides[3];
   if (factor == 0.0) {
-    for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(0.0f);
+    for (int64_t c = 0; c < a.dv; ++c) store_element(dst + c * s3, narrow<D>(0.0f));
   } else if (s3 == 1) {
-    for (int64_t c = 0; c < a.dv; ++c) dst[c] = narrow<D>(acc[c] * f);
+    for (int64_t c = 0; c < a.dv; ++c) store_element(dst + c, narrow<D>(acc[c] * f));
   } else {
-    for (int64_t c = 0; c < a.dv; ++c) dst[c * s3] = narrow<D>(acc[c] * f);
+    for (int64_t c = 0; c < a.dv; ++c) store_element(dst + c * s3, narrow<D>(acc[c] * f));
   }
   if (a.lse)
-    a.lse[x.b * a.lse_strides[0] + h * a.lse_strides[1] + i * a.lse_strides[2]] =
-        static_cast<float>(lse);
+    store_element(a.lse + x.b * a.lse_strides[0] + h * a.lse_strides[1] + i * a.lse_strides[2],
+                  static_cast<float>(lse));
 }
 
 template <DType D>
@@ -492,7 +509,8 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
     const T* src =
         static_cast<const T*>(a.q) + b * a.q_strides[0] + h * a.q_strides[1] + i * a.q_strides[2];
     const int64_t s3 = a.q_strides[3];
-    for (int64_t d = 0; d < a.dqk; ++d) col[d * rp] = widen<D>(src[d * s3]) * a.scale_log2;
+    for (int64_t d = 0; d < a.dqk; ++d)
+      col[d * rp] = widen<D>(load_element(src + d * s3)) * a.scale_log2;
   }
 
   // Visible key ranges; the item streams the union.

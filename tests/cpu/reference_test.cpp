@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -218,6 +219,35 @@ TEST(Reference, BoolMaskNonzeroBytesKeep) {
     attention(t, o);
     EXPECT_NEAR(out[0], (a * 3 + c * 7) / (a + c), 1e-5) << to_string(policy);
     EXPECT_NEAR(lse[0], std::log(a + c), 1e-6) << to_string(policy);
+  }
+}
+
+// f32 tensors at odd byte addresses (accepted: only the last stride must be
+// 1): every path reads and writes them through byte copies, and agrees.
+TEST(Reference, MisalignedPointers) {
+  alignas(16) unsigned char buffer[1 + 4 * (2 + 6 + 6 + 2 + 1)] = {};
+  unsigned char* at = buffer + 1;
+  auto put = [&](int index, float x) { std::memcpy(at + 4 * index, &x, 4); };
+  const float values[] = {0.5f, -1.0f, 1.0f, 2.0f, -0.5f, 0.25f, 3.0f, 1.5f,
+                          2.0f, -2.0f, 0.5f, 1.0f, 0.0f,  0.0f,  0.0f};
+  for (int i = 0; i < 14; ++i) put(i, values[i]);
+  Tensors t;
+  t.q = contiguous_view(at, DType::F32, {1, 1, 1, 2});
+  t.k = contiguous_view(at + 8, DType::F32, {1, 1, 3, 2});
+  t.v = contiguous_view(at + 32, DType::F32, {1, 1, 3, 2});
+  t.out = contiguous_view(at + 56, DType::F32, {1, 1, 1, 2});
+  t.lse = contiguous_view(at + 64, DType::F32, {1, 1, 1});
+  const ReferenceResult ref = detail::cpu::reference_attention(t, {});
+  for (Policy policy : {Policy::ForceFused, Policy::Unfused}) {
+    Options o;
+    o.policy = policy;
+    attention(t, o);
+    float out[2], lse;
+    std::memcpy(out, at + 56, 8);
+    std::memcpy(&lse, at + 64, 4);
+    EXPECT_NEAR(out[0], ref.out[0], 1e-6) << to_string(policy);
+    EXPECT_NEAR(out[1], ref.out[1], 1e-6) << to_string(policy);
+    EXPECT_NEAR(lse, ref.lse[0], 1e-6) << to_string(policy);
   }
 }
 
