@@ -150,7 +150,8 @@ struct Problem {
 };
 
 // Validates the tensors and options and derives the Problem.
-// Throws InvalidArgument naming the first bad argument.
+// Throws InvalidArgument naming the first bad argument, a tensor spanning
+// more than 2^52 bytes (element count or extent) among them.
 Problem describe(const Tensors& tensors, const Options& options = {});
 
 enum class Backend : uint8_t { CPU = 0, CUDA = 1 };
