@@ -177,7 +177,7 @@ Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (!hopper_fits(instance->head_dim_qk_bucket, instance->head_dim_v_bucket))
     return Verdict::no(
         "bucket " + str(instance->head_dim_qk_bucket) + "/" + str(instance->head_dim_v_bucket) +
-        ": the wgmma kernel's 128-row Q tile " + "and two K/V stages need " +
+        ": the wgmma kernel's 128-row Q tile and two K/V stages need " +
         str(hopper_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket)) +
         " bytes of shared memory, sm_90 has " + str(kSm90SharedBytes));
   if (instance->hopper_bf16 == nullptr)

@@ -8,8 +8,9 @@
 
 namespace fsdpa::detail::cuda {
 
-// The wgmma row (sm_90a builds, sm_90 devices) and the mma.sync row (sm_80+):
-// bf16/f16, the same compiled bucket pairs.
+// The wgmma row (sm_90a builds, sm_90 devices, 16-byte aligned rows) and the
+// mma.sync row (sm_80+, any alignment): bf16/f16, the same compiled bucket
+// pairs but 576/256, which only the mma.sync kernel's tiles fit.
 Verdict prefill_hopper_supports(const Problem& problem, const Options& options);
 void prefill_hopper_configure(const Problem& problem, Plan& plan);
 void prefill_hopper_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
@@ -19,7 +20,7 @@ void prefill_configure(const Problem& problem, Plan& plan);
 void prefill_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
 // The exact f32 row: the same tiled online softmax on FP32 CUDA cores (no
-// TF32), runtime head dims up to 256.
+// TF32), runtime head dims, Dv above 256 in column slices.
 Verdict prefill_f32_supports(const Problem& problem, const Options& options);
 void prefill_f32_configure(const Problem& problem, Plan& plan);
 void prefill_f32_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);

@@ -1,5 +1,6 @@
 // The exact f32 fused prefill path: the same tiled online softmax on FP32
-// CUDA cores (no TF32), for every Dqk, Dv <= 256 with runtime head dims.
+// CUDA cores (no TF32), for every Dqk <= 576, Dv <= 512 with runtime head
+// dims (Dv above 256 in column slices) and any alignment.
 #pragma once
 
 #include <cuda_runtime.h>
