@@ -32,6 +32,11 @@ def _options(scale, causal, causal_align, window_left, policy, allow_tf32, softc
         except (TypeError, ValueError):
             raise InvalidArgument(f"fsdpa: scale: expected a number, got {scale!r}") from None
         o.has_scale = 1
+    # A string here was once taken as True: causal="top_left" ran bottom-right.
+    numpy_bool = type(causal).__module__ == "numpy" and type(causal).__name__ == "bool_"
+    if not (isinstance(causal, bool) or numpy_bool):
+        raise InvalidArgument(
+            f"fsdpa: causal: expected a bool, got {causal!r} (the alignment is causal_align)")
     o.causal = 1 if causal else 0
     if not isinstance(causal_align, str) or causal_align not in _CAUSAL_ALIGN:
         raise InvalidArgument(
