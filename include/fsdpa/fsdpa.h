@@ -93,7 +93,8 @@ enum class Policy : uint8_t {
 };
 
 struct Options {
-  // Defaults to 1/sqrt(Dqk). Must be finite and > 0.
+  // Defaults to 1/sqrt(Dqk). Must be finite, > 0 and at most FLT_MAX / log2(e)
+  // (~2.36e38: the kernels scale scores into the exp2 domain in float32).
   std::optional<double> scale;
   bool causal = false;
   CausalAlign causal_align = CausalAlign::BottomRight;
@@ -105,7 +106,8 @@ struct Options {
   // f32 inputs on the GPU may use TF32 tensor cores (~1e-3 relative error).
   bool allow_tf32 = false;
   // Logit soft cap (Gemma 2): when > 0, s = softcap * tanh(s / softcap) after
-  // the scale, before masks. 0: none. Must be finite and >= 0.
+  // the scale, before masks. 0: none. Must be finite, >= 0 and at most
+  // FLT_MAX / log2(e), like the scale.
   double softcap = 0.0;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -250,6 +251,16 @@ void check_options(const Options& options) {
     throw_invalid("scale: expected a finite value > 0, got " + str(*options.scale));
   if (!(std::isfinite(options.softcap) && options.softcap >= 0.0))
     throw_invalid("softcap: expected a finite value >= 0 (0: none), got " + str(options.softcap));
+  // The kernels keep scores in the exp2 domain: scale and cap times log2(e)
+  // must be finite in float32, or every path but the float64 one would see
+  // infinities. One bound, so every path and backend gives the same answer.
+  const double max_exp2_factor = std::numeric_limits<float>::max() / 1.4426950408889634;
+  if (options.scale && *options.scale > max_exp2_factor)
+    throw_invalid("scale: " + str(*options.scale) + " times log2(e) overflows float32; at most " +
+                  str(max_exp2_factor));
+  if (options.softcap > max_exp2_factor)
+    throw_invalid("softcap: " + str(options.softcap) +
+                  " times log2(e) overflows float32; at most " + str(max_exp2_factor));
   if (options.window_left && *options.window_left < 0)
     throw_invalid("window_left: expected >= 0, got " + std::to_string(*options.window_left));
   switch (options.causal_align) {

@@ -412,6 +412,14 @@ std::vector<BadInput> bad_inputs() {
 }
 , Kind::Invalid, "fsdpa: window_left: expected >= 0, got -1"
 }
+, {"scale_exp2_overflow", MUTATE{o.scale = 3e38;
+}
+, Kind::Invalid, "fsdpa: scale: 3e+38 times log2(e) overflows float32; at most 2.35866e+38"
+}
+, {"softcap_exp2_overflow", MUTATE{o.softcap = 1e300;
+}
+, Kind::Invalid, "fsdpa: softcap: 1e+300 times log2(e) overflows float32; at most 2.35866e+38"
+}
 , {"softcap_negative", MUTATE{o.softcap = -50.0;
 }
 , Kind::Invalid, "fsdpa: softcap: expected a finite value >= 0 (0: none), got -50"

@@ -76,6 +76,7 @@ OPTION_ERRORS = [
     ({"scale": float("nan")}, "fsdpa: scale: expected a finite value > 0, got nan"),
     ({"scale": float("inf")}, "fsdpa: scale: expected a finite value > 0, got inf"),
     ({"window_left": -1}, "fsdpa: window_left: expected >= 0, got -1"),
+    ({"scale": 1e39}, "fsdpa: scale: 1e+39 times log2(e) overflows float32; at most 2.35866e+38"),
     ({"softcap": -1.0}, "fsdpa: softcap: expected a finite value >= 0 (0: none), got -1"),
     ({"softcap": float("inf")}, "fsdpa: softcap: expected a finite value >= 0 (0: none), got inf"),
     # The wrapper's own checks:
