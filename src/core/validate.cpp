@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -286,6 +287,20 @@ void check_options(const Options& options) {
 double resolve_scale(const Options& options, int64_t head_dim_qk) {
   if (options.scale) return *options.scale;
   return head_dim_qk > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim_qk)) : 1.0;
+}
+
+int64_t env_integer(const char* name, int64_t min, int64_t max, int64_t absent) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return absent;
+  const char* digits = env + (*env == '-' || *env == '+' ? 1 : 0);
+  bool ok = *digits != '\0';
+  for (const char* c = digits; *c != '\0'; ++c) ok = ok && *c >= '0' && *c <= '9';
+  errno = 0;
+  const long long value = ok ? std::strtoll(env, nullptr, 10) : 0;
+  if (!ok || errno != 0 || value < min || value > max)
+    throw_invalid(std::string(name) + ": expected an integer from " + std::to_string(min) + " to " +
+                  std::to_string(max) + ", got '" + env + "'");
+  return value;
 }
 
 Policy resolve_policy(const Options& options) {

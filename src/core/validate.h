@@ -33,6 +33,12 @@ void check_problem(const Problem& problem);
 // other than 1 (and a size above 1).
 int row_alignment(const TensorView& t);
 
+// The environment variable `name` as an integer in [min, max], or `absent`
+// when it is unset or empty. One rule for every FSDPA_* integer: decimal
+// digits with an optional sign, nothing else (no spaces), else
+// InvalidArgument naming the variable, the range and the text.
+int64_t env_integer(const char* name, int64_t min, int64_t max, int64_t absent);
+
 // Throws InvalidArgument when `actual` (from the tensors given to run())
 // differs from the problem the plan was made for.
 void check_matches_plan(const Problem& planned, const Problem& actual);

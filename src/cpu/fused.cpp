@@ -97,10 +97,9 @@ Kernel pick_kernel() {
   return {fused_item_generic, fused_combine_generic};
 }
 
-const Kernel& kernel() {
-  static const Kernel chosen = pick_kernel();
-  return chosen;
-}
+// FSDPA_CPU_ISA is read at every plan and launch, like the other variables
+// (a value set after the first call is honoured, and a bad one is an error).
+Kernel kernel() { return pick_kernel(); }
 
 // Runs task(slot, index) for every index in [0, count) on `threads` threads
 // (slot: the thread's number, for its workspace), taking indices from a
@@ -142,18 +141,9 @@ size_t fused_thread_bytes(const FusedArgs& a) {
 }
 
 int default_num_threads() {
-  const char* env = std::getenv("FSDPA_NUM_THREADS");
-  if (env != nullptr && *env != '\0') {
-    errno = 0;
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    if (errno != 0 || end == env || *end != '\0' || value < 1 || value > kMaxThreads)
-      throw_invalid("FSDPA_NUM_THREADS: expected an integer from 1 to " +
-                    std::to_string(kMaxThreads) + ", got '" + env + "'");
-    return static_cast<int>(value);
-  }
   const unsigned hardware = std::thread::hardware_concurrency();
-  return hardware == 0 ? 1 : static_cast<int>(std::min<unsigned>(hardware, kMaxThreads));
+  const int64_t machine = hardware == 0 ? 1 : std::min<int64_t>(hardware, kMaxThreads);
+  return static_cast<int>(env_integer("FSDPA_NUM_THREADS", 1, kMaxThreads, machine));
 }
 
 Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); }
@@ -225,7 +215,7 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
     a.partials = reinterpret_cast<float*>(base + threads_bytes + (64 - at % 64) % 64);
   }
 
-  const Kernel& run = kernel();
+  const Kernel run = kernel();
   parallel_for(threads, units, [&](int slot, int64_t unit) {
     run.unit(a, base + per_thread * static_cast<size_t>(slot), unit);
   });

@@ -464,6 +464,10 @@ std::vector<BadInput> bad_inputs() {
      "fsdpa: FSDPA_NUM_THREADS: expected an integer from 1 to 1024, got '4x'",
      "FSDPA_NUM_THREADS",
      "4x"},
+    // one parsing rule for every variable: no spaces, as FSDPA_POLICY=" auto"
+    {"env_threads_space", MUTATE{},
+     Kind::Invalid,       "fsdpa: FSDPA_NUM_THREADS: expected an integer from 1 to 1024, got ' 4'",
+     "FSDPA_NUM_THREADS", " 4"},
 }
 ;
 #if !FSDPA_WITH_CUDA
@@ -529,6 +533,31 @@ TEST(BadInputsDescribe, SameMessageAsAttention) {
 // FSDPA_CPU_ISA is read once per process (the kernel choice is cached), so
 // the bad value is tried in a fresh process: a "threadsafe" death test
 // re-executes this binary for just this test.
+// FSDPA_CPU_ISA is read at every call: a bad value set after a first good
+// call is an error too (it used to be read once).
+TEST(EnvErrors, CpuIsaReadAtEveryCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        Rng rng(1);
+        AttentionData d = make_data(base_case(), rng);
+        int code = 1;
+        setenv("FSDPA_CPU_ISA", "generic", 1);
+        attention(d.tensors, d.options);
+        setenv("FSDPA_CPU_ISA", "sse9", 1);
+        try {
+          attention(d.tensors, d.options);
+        } catch (const InvalidArgument& e) {
+          code = std::string(e.what()).find(
+                     "FSDPA_CPU_ISA: expected generic or avx2, got 'sse9'") != std::string::npos
+                     ? 0
+                     : 2;
+        }
+        std::_Exit(code);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST(EnvErrors, CpuIsaUnknownValue) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_EXIT(

@@ -867,7 +867,7 @@ TEST(DecodeErrors, SplitsVariable) {
   } catch (const InvalidArgument& e) {
     unsetenv("FSDPA_DECODE_SPLITS");
     EXPECT_NE(std::string(e.what()).find(
-                  "FSDPA_DECODE_SPLITS: expected an integer in [1, 4096], got 'zero'"),
+                  "FSDPA_DECODE_SPLITS: expected an integer from 1 to 4096, got 'zero'"),
               std::string::npos)
         << e.what();
   }

@@ -108,14 +108,7 @@ DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v)
 // FSDPA_DECODE_SPLITS=N forces N key splits (1..kDecodeMaxSplits), for tests
 // of the single-pass and the combine paths on any shape; unset = automatic.
 int forced_splits() {
-  const char* env = std::getenv("FSDPA_DECODE_SPLITS");
-  if (env == nullptr || *env == '\0') return 0;
-  char* end = nullptr;
-  const long value = std::strtol(env, &end, 10);
-  if (*end != '\0' || value < 1 || value > kDecodeMaxSplits)
-    throw InvalidArgument("fsdpa: FSDPA_DECODE_SPLITS: expected an integer in [1, " +
-                          std::to_string(kDecodeMaxSplits) + "], got '" + env + "'");
-  return static_cast<int>(value);
+  return static_cast<int>(env_integer("FSDPA_DECODE_SPLITS", 1, kDecodeMaxSplits, 0));
 }
 
 }  // namespace
