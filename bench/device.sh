@@ -125,6 +125,23 @@ report_tests() {
   grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
 }
+# Every GPU suite into $OUT/tests.log, reported: prefill (12 shards) beside
+# unfused with limit $1 s, then decode alone ($2 s: its big-Lk cases time the
+# GPU memory system) and decode-vs-prefill ($3 s).
+run_gpu_suites() {
+  local t0
+  t0=$(date +%s)
+  start_prefill_shards "$1"
+  timeout $(limit "$1") $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
+  pids+=($!)
+  for p in "${pids[@]}"; do wait "$p"; done
+  timeout $(limit "$2") $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
+  timeout $(limit "$3") $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
+  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
+  say "gpu tests: $(($(date +%s) - t0)) s"
+  report_tests
+}
 sanitize_small() {
   timeout $(limit "$3") compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/$1 \
     --gtest_filter="$2" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
@@ -151,17 +168,7 @@ if [ "$STAGES" = prefill ]; then
 fi
 
 if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
-  t0=$(date +%s)
-  start_prefill_shards 200
-  timeout $(limit 200) $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
-  pids+=($!)
-  for p in "${pids[@]}"; do wait "$p"; done
-  timeout $(limit 150) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
-  timeout $(limit 60) $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
-  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
-  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
-  say "gpu tests: $(($(date +%s) - t0)) s"
-  report_tests
+  run_gpu_suites 200 150 60
   sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
   sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*' 120 large-dims
 fi
@@ -301,19 +308,7 @@ fi
 
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
-  t0=$(date +%s)
-  start_prefill_shards 300
-  timeout $(limit 300) $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
-  pids+=($!)
-  for p in "${pids[@]}"; do wait "$p"; done
-  # Decode runs alone: its big-Lk cases time the GPU memory system.
-  timeout $(limit 300) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
-  timeout $(limit 120) $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
-  cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
-  rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
-  say "gpu tests: $(($(date +%s) - t0)) s"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
-  grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -40 | tee -a "$SUMMARY"
+  run_gpu_suites 300 300 120
   (cd $BUILD && timeout $(limit 120) ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
   say "cli gpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cli_gpu.log")"
   # The Python wrapper on CUDA torch tensors, with the machine's torch python.

@@ -1,4 +1,4 @@
-// The attention shapes of real models (../shared/MODELS.md): the one table of
+// The attention shapes of real models (docs/design.md, "Model shapes"): the one table of
 // presets the `fsdpa` command runs, plans and benchmarks.
 #pragma once
 

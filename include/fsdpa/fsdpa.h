@@ -1,6 +1,6 @@
 // fsdpa: fused scaled-dot-product attention for every head dimension.
 //
-// The contract is ../shared/DESIGN.md; this header is its C++ form.
+// The contract is docs/design.md; this header is its C++ form.
 //
 //   q   [B, Hq,  Lq, Dqk]        k [B, Hkv, Lk, Dqk]        v [B, Hkv, Lk, Dv]
 //   out [B, Hq,  Lq, Dv ] (written, never read)

@@ -213,6 +213,11 @@ int row_alignment(const TensorView& t) {
   return static_cast<int>(bits & (~bits + 1));  // the lowest set bit: at most 16
 }
 
+int row_alignment(const Tensors& t) {
+  return std::min(
+      {row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
+}
+
 void check_problem(const Problem& p) {
   const std::pair<const char*, int64_t> sizes[] = {
       {"batch", p.batch},          {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv},
@@ -454,8 +459,7 @@ Problem describe(const Tensors& t, const Options& options) {
   check_no_self_overlap(t.out, "out");
   if (t.lse) check_no_self_overlap(*t.lse, "lse");
 
-  p.row_alignment =
-      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
+  p.row_alignment = row_alignment(t);
   p.matrices_blas_compatible = blas_compatible(t.q, false) && blas_compatible(t.k, false) &&
                                blas_compatible(t.v, false) && blas_compatible(t.out, true);
   p.v_aliases_k = t.v.data == t.k.data && t.v.strides[0] == t.k.strides[0] &&

@@ -32,6 +32,8 @@ void check_problem(const Problem& problem);
 // (sizes of 1 impose nothing), or 0 when its last dimension has a stride
 // other than 1 (and a size above 1).
 int row_alignment(const TensorView& t);
+// The least of q's, k's, v's and out's: Problem::row_alignment of a call.
+int row_alignment(const Tensors& t);
 
 // The environment variable `name` as an integer in [min, max], or `absent`
 // when it is unset or empty. One rule for every FSDPA_* integer: decimal

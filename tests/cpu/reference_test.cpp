@@ -169,17 +169,23 @@ TEST(Reference, AgreesWithNaiveImplementation) {
   }
 }
 
+// One f32 query against `keys` keys, Dqk = Dv = 1: the hand-computed cases.
+Tensors one_query(float* q, float* k, float* v, int64_t keys, float* out, float* lse) {
+  Tensors t;
+  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
+  t.k = contiguous_view(k, DType::F32, {1, 1, keys, 1});
+  t.v = contiguous_view(v, DType::F32, {1, 1, keys, 1});
+  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
+  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  return t;
+}
+
 // A hand-computed case: one query, two keys, Dqk = Dv = 1, scale 1:
 // s = (1*1, 1*2) = (1, 2), out = (e*3 + e^2*5) / (e + e^2), lse = log(e + e^2);
 // with a sink of 0 the denominator gains 1.
 TEST(Reference, HandComputed) {
   float q[] = {1}, k[] = {1, 2}, v[] = {3, 5}, out[] = {0}, lse[] = {0}, sink[] = {0};
-  Tensors t;
-  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
-  t.k = contiguous_view(k, DType::F32, {1, 1, 2, 1});
-  t.v = contiguous_view(v, DType::F32, {1, 1, 2, 1});
-  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
-  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  Tensors t = one_query(q, k, v, 2, out, lse);
   Options o;
   o.scale = 1.0;
   const double e = std::exp(1.0), e2 = std::exp(2.0);
@@ -204,12 +210,7 @@ TEST(Reference, HandComputed) {
 TEST(Reference, BoolMaskNonzeroBytesKeep) {
   float q[] = {1}, k[] = {1, 2, 3}, v[] = {3, 5, 7}, out[] = {0}, lse[] = {0};
   unsigned char mask[] = {2, 0, 255};
-  Tensors t;
-  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
-  t.k = contiguous_view(k, DType::F32, {1, 1, 3, 1});
-  t.v = contiguous_view(v, DType::F32, {1, 1, 3, 1});
-  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
-  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  Tensors t = one_query(q, k, v, 3, out, lse);
   t.mask = contiguous_view(mask, DType::Bool, {1, 1, 1, 3});
   Options o;
   o.scale = 1.0;
@@ -255,12 +256,7 @@ TEST(Reference, MisalignedPointers) {
 // after the cap (an additive -0.5 on key 1), on every path.
 TEST(Reference, SoftCapHandComputed) {
   float q[] = {1}, k[] = {1, 2}, v[] = {3, 5}, mask[] = {0.0f, -0.5f}, out[] = {0}, lse[] = {0};
-  Tensors t;
-  t.q = contiguous_view(q, DType::F32, {1, 1, 1, 1});
-  t.k = contiguous_view(k, DType::F32, {1, 1, 2, 1});
-  t.v = contiguous_view(v, DType::F32, {1, 1, 2, 1});
-  t.out = contiguous_view(out, DType::F32, {1, 1, 1, 1});
-  t.lse = contiguous_view(lse, DType::F32, {1, 1, 1});
+  Tensors t = one_query(q, k, v, 2, out, lse);
   t.mask = contiguous_view(mask, DType::F32, {1, 1, 1, 2});
   Options o;
   o.scale = 1.0;

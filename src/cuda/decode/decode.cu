@@ -226,8 +226,7 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.k = t.k.data;
   d.v = t.v.data;
   d.out = t.out.data;
-  d.copy_bytes =
-      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
+  d.copy_bytes = row_alignment(t);
   d.q_strides = strides(t.q);
   d.k_strides = strides(t.k);
   d.v_strides = strides(t.v);

@@ -223,8 +223,7 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   params.head_dim_v = static_cast<int>(p.head_dim_v);
   // The widest copy every row start allows (the mma.sync and f32 kernels
   // take any; the wgmma row was chosen only for 16).
-  params.copy_bytes =
-      std::min({row_alignment(t.q), row_alignment(t.k), row_alignment(t.v), row_alignment(t.out)});
+  params.copy_bytes = row_alignment(t);
   params.v_slice_shift = 0;
   while ((int64_t{1} << params.v_slice_shift) < plan.num_v_slices) ++params.v_slice_shift;
   if ((int64_t{1} << params.v_slice_shift) != plan.num_v_slices)
