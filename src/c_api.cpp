@@ -255,6 +255,18 @@ const char* fsdpa_support_matrix(void) {
   return text;
 }
 
+const char* fsdpa_plan_environment(void) {
+  static const std::string names = [] {
+    std::string joined;
+    for (const char* name : fsdpa::detail::kPlanEnvironment) {
+      if (!joined.empty()) joined += ',';
+      joined += name;
+    }
+    return joined;
+  }();
+  return names.c_str();
+}
+
 int32_t fsdpa_backend_built(int32_t backend) {
   switch (backend) {
     case FSDPA_BACKEND_CPU:

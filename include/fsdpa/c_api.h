@@ -189,6 +189,10 @@ FSDPA_C_EXPORT void fsdpa_plan_destroy(fsdpa_plan* plan);
  * last error set) if it could not be made. */
 FSDPA_C_EXPORT const char* fsdpa_support_matrix(void);
 
+/* The names of the environment variables planning reads, comma-separated
+ * (static storage): a caller that caches plans keys on their values. */
+FSDPA_C_EXPORT const char* fsdpa_plan_environment(void);
+
 /* 1 when the backend (FSDPA_BACKEND_*) is compiled into this library. */
 FSDPA_C_EXPORT int32_t fsdpa_backend_built(int32_t backend);
 

@@ -1,12 +1,17 @@
-"""attention(), plan(), support_matrix(), version(): the public functions."""
+"""attention(), plan(), prepare(), support_matrix(), version(): the public
+functions."""
+
+from __future__ import annotations
 
 import ctypes
 import dataclasses
 import numbers
 import operator
+import sys
+from typing import Any
 
 from . import _arrays, _capi
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, Unsupported
 
 _CAUSAL_ALIGN = {
     "bottom_right": _capi.CAUSAL_ALIGN_BOTTOM_RIGHT,
@@ -77,7 +82,7 @@ class _Call:
             # looks at out, so any placeholder shape will do.
             four_d = len(q.shape) == 4 and len(v.shape) == 4
             shape = (*q.shape[:3], v.shape[3]) if four_d else (0, 0, 0, 0)
-            out = _arrays.empty_like_kind(q, shape)
+            out = _arrays.empty_like_kind(q, shape, like_view=self.q)
         self.out = out
         out_view = _arrays.view("out", out, writable=True)
         self.lse = None
@@ -93,35 +98,234 @@ class _Call:
             self.struct.sinks = ctypes.pointer(sinks_view.struct)
         if return_lse:
             shape = tuple(q.shape[:3]) if len(q.shape) == 4 else (0, 0, 0)
-            self.lse = _arrays.empty_like_kind(q, shape, float32=True)
+            self.lse = _arrays.empty_like_kind(q, shape, float32=True, like_view=self.q)
             lse_view = _arrays.view("lse", self.lse, writable=True)
             self.views.append(lse_view)
             self.struct.lse = ctypes.pointer(lse_view.struct)
 
 
-def attention(q, k, v, *, scale=None, causal=False, causal_align="bottom_right",
-              window_left=None, mask=None, sinks=None, policy=None, allow_tf32=False,
-              softcap=None, return_lse=False, out=None):
-    """Scaled-dot-product attention (DESIGN.md §1).
+def _check_no_grad(arrays):
+    """Raises when torch would record these inputs for autograd: fsdpa has no
+    backward yet, and an output silently without a gradient is worse."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return
+    for name, array in arrays:
+        if isinstance(array, torch.Tensor) and array.requires_grad:
+            raise Unsupported(
+                f"fsdpa: autograd: {name} requires grad, and fsdpa has no backward yet; run it "
+                "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+
+
+def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
+              causal_align: str = "bottom_right", window_left: int | None = None,
+              mask: Any = None, sinks: Any = None, policy: str | None = None,
+              allow_tf32: bool = False, softcap: float | None = None, return_lse: bool = False,
+              out: Any = None) -> Any:
+    """Scaled-dot-product attention (docs/design.md).
 
     q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv]: numpy arrays
-    (float16, float32, ml_dtypes.bfloat16) or torch tensors (float16,
-    bfloat16, float32; CPU, or CUDA on torch's current stream), any strides.
-    mask: [B|1, Hq|1, Lq, Lk] (fewer dims broadcast), bool (True = keep) or
-    additive float. sinks: [Hq] float32. softcap: a logit soft cap c > 0
-    (Gemma 2: s = c * tanh(s / c) after the scale, before masks); None or 0
-    for none. policy: "auto", "fused", "unfused" or None (the FSDPA_POLICY
-    environment variable, else auto).
+    (float16, float32, ml_dtypes.bfloat16), torch tensors (float16, bfloat16,
+    float32; CPU, or CUDA on torch's current stream) or any object with
+    __dlpack__ and __dlpack_device__ (CuPy on its current stream, JAX, ...),
+    any strides. mask: [B|1, Hq|1, Lq, Lk] (fewer dims broadcast), bool (True
+    = keep) or additive float. sinks: [Hq] float32. softcap: a logit soft cap
+    c > 0 (Gemma 2: s = c * tanh(s / c) after the scale, before masks); None
+    or 0 for none. policy: "auto", "fused", "unfused" or None (the
+    FSDPA_POLICY environment variable, else auto).
 
-    Returns out [B, Hq, Lq, Dv] (written into `out` when given), or
-    (out, lse) with lse [B, Hq, Lq] float32 when return_lse.
+    Returns out [B, Hq, Lq, Dv] in q's framework (written into `out` when
+    given), or (out, lse) with lse [B, Hq, Lq] float32 when return_lse.
+
+    A repeated call with the same shapes, strides, dtypes, devices, options
+    and environment reuses its plan (a bounded cache) and only launches.
     """
+    options_key = (scale, type(scale), causal, type(causal), causal_align, window_left,
+                   type(window_left), policy, bool(allow_tf32), softcap, type(softcap))
+    fast = _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key)
+    if fast is not None:
+        return fast
     options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
+    _check_no_grad((("q", q), ("k", k), ("v", v)))
     call = _Call(q, k, v, mask, sinks, out, return_lse)
     lib = _capi.library()
     stream = _arrays.current_stream(call.q)
-    _capi.check(lib.fsdpa_attention(ctypes.byref(call.struct), ctypes.byref(options), stream))
-    return (call.out, call.lse) if return_lse else call.out
+    _capi.check(lib.fsdpa_attention(ctypes.addressof(call.struct), ctypes.byref(options), stream))
+    result = call.out if out is not None else _arrays.in_framework_of(q, call.out)
+    if return_lse:
+        return result, _arrays.in_framework_of(q, call.lse)
+    return result
+
+
+# ------------------------------------------------------------------ fast path
+# attention() on numpy arrays or torch tensors looks its call up by a key of
+# everything the plan depends on: per array its type, shape, strides, dtype,
+# device and base address modulo 16 (the row alignment); the options with
+# their types (so that causal=1 is not served by the entry of causal=True);
+# and the environment variables planning reads. A hit copies the entry's
+# fsdpa_tensors template, writes the data pointers and launches the entry's
+# plan; fsdpa_run checks the tensors against the plan all the same.
+
+_CACHE_CAPACITY = 256
+_plans: dict = {}
+
+
+def _remember(key, entry):
+    _plans[key] = entry
+    while len(_plans) > _CACHE_CAPACITY:  # drop the oldest (dicts keep insertion order)
+        try:
+            _plans.pop(next(iter(_plans)), None)
+        except (StopIteration, RuntimeError):  # emptied or resized by another thread
+            break
+
+
+def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key):
+    """attention() through the cache for numpy arrays or torch tensors only
+    (exact types, no subclasses); None when the call takes the general path."""
+    numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
+    kind = type(q)
+    if type(k) is not kind or type(v) is not kind:
+        return None
+    arrays = (q, k, v, mask, sinks, out)
+    for array in arrays[3:]:
+        if array is not None and type(array) is not kind:
+            return None
+    parts, pointers = [kind, return_lse, options_key, _capi.environment()], []
+    if numpy is not None and kind is numpy.ndarray:
+        for array in arrays:
+            if array is None:
+                parts.append(None)
+                pointers.append(0)
+                continue
+            pointer = array.ctypes.data
+            parts.append((array.shape, array.strides, array.dtype, pointer & 15,
+                          array is out and array.flags.writeable))
+            pointers.append(pointer)
+    elif torch is not None and kind is torch.Tensor:
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return None  # the general path raises
+        for array in arrays:
+            if array is None:
+                parts.append(None)
+                pointers.append(0)
+                continue
+            pointer = array.data_ptr()
+            parts.append((array.shape, array.stride(), array.dtype, array.device, pointer & 15))
+            pointers.append(pointer)
+    else:
+        return None
+    key = tuple(parts)
+    entry = _plans.get(key)
+    if entry is None:
+        scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, softcap, _ = (
+            options_key)
+        options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
+        entry = _Entry(_Call(q, k, v, mask, sinks, out, return_lse), options)
+        _remember(key, entry)
+    return entry.run(q, pointers, out)
+
+
+class _Block(ctypes.Structure):
+    """An fsdpa_tensors with the optional views it points to, in one buffer."""
+
+    _fields_ = [("tensors", _capi.Tensors), ("mask", _capi.Tensor), ("sinks", _capi.Tensor),
+                ("lse", _capi.Tensor)]
+
+
+assert all(field.offset % 8 == 0 for field in (_capi.Tensor.data, _capi.Tensors.mask,
+                                               _capi.Tensors.sinks, _capi.Tensors.lse))
+assert ctypes.sizeof(_capi.Tensor) % 8 == 0 and ctypes.sizeof(_capi.Tensors) % 8 == 0
+# The same buffer as 8-byte words, for writing its pointers one by one.
+_Words = ctypes.c_uint64 * (ctypes.sizeof(_Block) // 8)
+
+
+def _field_offset(*path):
+    offset, struct = 0, _Block
+    for name in path:
+        field = getattr(struct, name)
+        offset += field.offset
+        struct = dict(struct._fields_)[name]
+    return offset
+
+
+_DATA = {name: _field_offset("tensors", name, "data") for name in ("q", "k", "v", "out")}
+_OPTIONAL = {name: (_field_offset("tensors", name), _field_offset(name),
+                    _field_offset(name, "data")) for name in ("mask", "sinks", "lse")}
+
+
+class _Plan:
+    """An fsdpa_plan handle, destroyed with its last reference (an entry
+    dropped from the cache while another thread runs it stays alive)."""
+
+    __slots__ = ("handle", "lib")
+
+    def __init__(self, lib, struct_address, options):
+        self.lib = lib
+        self.handle = ctypes.c_void_p()
+        _capi.check(lib.fsdpa_plan_create(struct_address, ctypes.byref(options),
+                                          ctypes.byref(self.handle)))
+
+    def __del__(self):
+        if self.handle:
+            self.lib.fsdpa_plan_destroy(self.handle)
+
+
+class _Entry:
+    """One cached call: its plan, an fsdpa_tensors template and how to fill
+    in the data pointers of new arrays of the same layout."""
+
+    __slots__ = ("plan", "template", "slots", "present", "out_shape", "lse_shape",
+                 "workspace_bytes", "lib")
+
+    def __init__(self, call, options):
+        self.lib = _capi.library()
+        block = _Block()
+        block.tensors = call.struct
+        present = {"mask": call.struct.mask, "sinks": call.struct.sinks, "lse": call.struct.lse}
+        for name, pointer in present.items():
+            if pointer:
+                setattr(block, name, pointer.contents)
+        self.present = tuple(name for name, pointer in present.items() if pointer)
+        self.plan = _Plan(self.lib, ctypes.addressof(block.tensors), options)
+        info = _plan_info(self.lib, self.plan.handle)
+        self.workspace_bytes = info.workspace_bytes
+        self.out_shape = tuple(call.out.shape)
+        self.lse_shape = tuple(call.lse.shape) if call.lse is not None else None
+        # The 8-byte words each run writes: the data of q, k, v and out; the
+        # pointers to the optional views; their data.
+        offsets = [_DATA[name] for name in ("q", "k", "v", "out")]
+        offsets += [_OPTIONAL[name][0] for name in self.present]
+        offsets += [_OPTIONAL[name][2] for name in self.present]
+        self.slots = tuple(offset // 8 for offset in offsets)
+        self.template = bytes(block)
+
+    def run(self, q, pointers, out):
+        """Launches on new arrays of the entry's layout: `pointers` are the
+        data addresses of q, k, v, mask, sinks and out (0 for absent ones)."""
+        data_pointer = _arrays.data_pointer
+        if out is None:
+            out = _arrays.empty_like_kind(q, self.out_shape)
+            pointers[5] = data_pointer(out)
+        lse = None
+        if self.lse_shape is not None:
+            lse = _arrays.empty_like_kind(q, self.lse_shape, float32=True)
+        block = _Words.from_buffer_copy(self.template)
+        base = ctypes.addressof(block)
+        optional = {"mask": pointers[3], "sinks": pointers[4],
+                    "lse": data_pointer(lse) if lse is not None else 0}
+        values = [pointers[0], pointers[1], pointers[2], pointers[5]]
+        values += [base + _OPTIONAL[name][1] for name in self.present]
+        values += [optional[name] for name in self.present]
+        for slot, value in zip(self.slots, values):
+            block[slot] = value
+        workspace, workspace_pointer = None, None
+        if self.workspace_bytes:
+            workspace = _arrays.empty_bytes_like_kind(q, self.workspace_bytes)
+            workspace_pointer = data_pointer(workspace)
+        stream = _arrays.stream_of(q)
+        _capi.check(self.lib.fsdpa_run(self.plan.handle, base, workspace_pointer,
+                                       self.workspace_bytes, stream))
+        return (out, lse) if lse is not None else out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +409,7 @@ def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", wind
     call = _Call(q, k, v, mask, sinks, out, return_lse)
     lib = _capi.library()
     handle = ctypes.c_void_p()
-    _capi.check(lib.fsdpa_plan_create(ctypes.byref(call.struct), ctypes.byref(options),
+    _capi.check(lib.fsdpa_plan_create(ctypes.addressof(call.struct), ctypes.byref(options),
                                       ctypes.byref(handle)))
     try:
         return _plan_info(lib, handle)
@@ -223,19 +427,19 @@ class Prepared:
         self._lib = _capi.library()
         self._call = call  # keeps every array the tensors point into alive
         self._handle = ctypes.c_void_p()
-        _capi.check(self._lib.fsdpa_plan_create(ctypes.byref(call.struct),
+        _capi.check(self._lib.fsdpa_plan_create(ctypes.addressof(call.struct),
                                                 ctypes.byref(options),
                                                 ctypes.byref(self._handle)))
         self.info = _plan_info(self._lib, self._handle)
-        self._workspace = _arrays.empty_bytes_like_kind(call.q.array,
-                                                        max(1, self.info.workspace_bytes))
+        self._workspace = _arrays.empty_bytes_like_kind(
+            call.q.array, max(1, self.info.workspace_bytes), like_view=call.q)
         self._workspace_pointer = _arrays.data_pointer(self._workspace)
         self.out = call.out
         self.lse = call.lse
 
     def __call__(self):
         stream = _arrays.current_stream(self._call.q)
-        _capi.check(self._lib.fsdpa_run(self._handle, ctypes.byref(self._call.struct),
+        _capi.check(self._lib.fsdpa_run(self._handle, ctypes.addressof(self._call.struct),
                                         ctypes.c_void_p(self._workspace_pointer),
                                         ctypes.c_size_t(self.info.workspace_bytes), stream))
         return (self.out, self.lse) if self.lse is not None else self.out

@@ -165,15 +165,17 @@ def _declare(lib):
     plan_pointer = c_void_p  # opaque fsdpa_plan*
     prototypes = {
         "fsdpa_options_init": (Options, []),
-        "fsdpa_attention": (c_int32, [ctypes.POINTER(Tensors), ctypes.POINTER(Options), c_void_p]),
+        # fsdpa_tensors are passed by address (ctypes.addressof), so that the
+        # fast path can pass a buffer that holds one.
+        "fsdpa_attention": (c_int32, [c_void_p, ctypes.POINTER(Options), c_void_p]),
         "fsdpa_plan_create": (
-            c_int32, [ctypes.POINTER(Tensors), ctypes.POINTER(Options), ctypes.POINTER(c_void_p)]),
+            c_int32, [c_void_p, ctypes.POINTER(Options), ctypes.POINTER(c_void_p)]),
         "fsdpa_plan_get_info": (c_int32, [plan_pointer, ctypes.POINTER(PlanInfo)]),
         "fsdpa_plan_explain": (c_char_p, [plan_pointer]),
-        "fsdpa_run": (
-            c_int32, [plan_pointer, ctypes.POINTER(Tensors), c_void_p, c_size_t, c_void_p]),
+        "fsdpa_run": (c_int32, [plan_pointer, c_void_p, c_void_p, c_size_t, c_void_p]),
         "fsdpa_plan_destroy": (None, [plan_pointer]),
         "fsdpa_support_matrix": (c_char_p, []),
+        "fsdpa_plan_environment": (c_char_p, []),
         "fsdpa_backend_built": (c_int32, [c_int32]),
         "fsdpa_version": (c_char_p, []),
         "fsdpa_abi_version": (c_int32, []),
@@ -216,6 +218,30 @@ def library():
                     "rebuild the library or use the matching python/fsdpa")
             _lib = lib
     return _lib
+
+
+_environment_names = None
+
+
+def environment():
+    """The values of the environment variables planning reads (the library
+    names them), as a tuple: part of the fast path's cache key."""
+    global _environment_names
+    if _environment_names is None:
+        names = library().fsdpa_plan_environment().decode("ascii")
+        _environment_names = tuple(names.split(","))
+        if _environ_bytes is not None:
+            _environment_names = tuple(name.encode() for name in _environment_names)
+    return tuple(_getenv(name) for name in _environment_names)
+
+
+# os.environ.get decodes the name and the value at every call (about a
+# microsecond each); on POSIX the bytes mapping underneath has the same
+# content, so the fast path reads that.
+_environ_bytes = getattr(os.environ, "_data", None) if os.name == "posix" else None
+if not isinstance(_environ_bytes, dict):
+    _environ_bytes = None
+_getenv = _environ_bytes.get if _environ_bytes is not None else os.environ.get
 
 
 def check(status):

@@ -310,7 +310,7 @@ int64_t env_integer(const char* name, int64_t min, int64_t max, int64_t absent) 
 
 Policy resolve_policy(const Options& options) {
   if (options.policy) return *options.policy;
-  const char* env = std::getenv("FSDPA_POLICY");
+  const char* env = std::getenv(kEnvPolicy);
   if (env == nullptr || *env == '\0') return Policy::Auto;
   if (std::strcmp(env, "auto") == 0) return Policy::Auto;
   if (std::strcmp(env, "fused") == 0) return Policy::ForceFused;

@@ -41,6 +41,15 @@ int row_alignment(const Tensors& t);
 // InvalidArgument naming the variable, the range and the text.
 int64_t env_integer(const char* name, int64_t min, int64_t max, int64_t absent);
 
+// The environment variables planning reads (README lists them). The plan
+// cache keys on their values, so a change takes effect at the next call.
+inline constexpr const char* kEnvPolicy = "FSDPA_POLICY";
+inline constexpr const char* kEnvNumThreads = "FSDPA_NUM_THREADS";
+inline constexpr const char* kEnvCpuIsa = "FSDPA_CPU_ISA";
+inline constexpr const char* kEnvDecodeSplits = "FSDPA_DECODE_SPLITS";
+inline constexpr const char* kPlanEnvironment[] = {kEnvPolicy, kEnvNumThreads, kEnvCpuIsa,
+                                                   kEnvDecodeSplits};
+
 // Throws InvalidArgument when `actual` (from the tensors given to run())
 // differs from the problem the plan was made for.
 void check_matches_plan(const Problem& planned, const Problem& actual);

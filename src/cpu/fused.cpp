@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/validate.h"
 #include "cpu/cpu.h"
 #include "cpu/fused_kernel.h"
+#include "cpu/worker_pool.h"
 
 namespace fsdpa::detail::cpu {
 
@@ -81,7 +83,7 @@ struct Kernel {
 // AVX2+FMA+F16C when the CPU has all three, else the portable kernel.
 // FSDPA_CPU_ISA=generic forces the portable one (for testing it on any CPU).
 Kernel pick_kernel() {
-  const char* env = std::getenv("FSDPA_CPU_ISA");
+  const char* env = std::getenv(kEnvCpuIsa);
   const std::string forced = env ? env : "";
   if (!forced.empty() && forced != "generic" && forced != "avx2")
     throw_invalid("FSDPA_CPU_ISA: expected generic or avx2, got '" + forced + "'");
@@ -103,12 +105,12 @@ Kernel kernel() { return pick_kernel(); }
 
 // Runs task(slot, index) for every index in [0, count) on `threads` threads
 // (slot: the thread's number, for its workspace), taking indices from a
-// shared counter. Threads are the only thing created here; if the system
-// refuses one, the threads already started and this one share the work.
+// shared counter: on the worker pool, or on threads of its own when another
+// launch holds the pool.
 template <typename Task>
 void parallel_for(int threads, int64_t count, const Task& task) {
   std::atomic<int64_t> next{0};
-  auto work = [&](int slot) {
+  const std::function<void(int)> work = [&](int slot) {
     for (;;) {
       const int64_t index = next.fetch_add(1, std::memory_order_relaxed);
       if (index >= count) return;
@@ -119,6 +121,7 @@ void parallel_for(int threads, int64_t count, const Task& task) {
     work(0);
     return;
   }
+  if (worker_pool().try_run(threads, work)) return;
   std::vector<std::thread> pool;
   try {
     pool.reserve(static_cast<size_t>(threads - 1));
@@ -143,7 +146,7 @@ size_t fused_thread_bytes(const FusedArgs& a) {
 int default_num_threads() {
   const unsigned hardware = std::thread::hardware_concurrency();
   const int64_t machine = hardware == 0 ? 1 : std::min<int64_t>(hardware, kMaxThreads);
-  return static_cast<int>(env_integer("FSDPA_NUM_THREADS", 1, kMaxThreads, machine));
+  return static_cast<int>(env_integer(kEnvNumThreads, 1, kMaxThreads, machine));
 }
 
 Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/validate.h"
+#include "select/plan_cache.h"
 #include "select/table.h"
 
 #if FSDPA_WITH_CUDA
@@ -135,15 +136,11 @@ Plan plan(const Problem& problem, const Options& options) {
                    policy == Policy::Unfused ? "policy is unfused" : reasons);
 }
 
-void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t workspace_bytes,
-         void* stream) {
-  auto table = selection_table();
-  if (plan.table_row < 0 || plan.table_row >= static_cast<int>(table.size()) ||
-      plan.kernel != table[plan.table_row].name)
-    detail::throw_invalid("plan: not made by fsdpa::plan() of this library (kernel '" +
-                          plan.kernel + "')");
-  const Problem actual = describe(tensors, plan.options);
-  detail::check_matches_plan(plan.problem, actual);
+namespace {
+
+// run() once the tensors are known to match the plan.
+void launch(const Plan& plan, const Tensors& tensors, void* workspace, size_t workspace_bytes,
+            void* stream) {
   if (workspace_bytes < plan.workspace_bytes)
     detail::throw_invalid("workspace: " + std::to_string(workspace_bytes) +
                           " bytes given, the plan needs " + std::to_string(plan.workspace_bytes));
@@ -156,20 +153,38 @@ void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t works
                           " bytes past a multiple of 16");
   if (plan.backend == Backend::CPU && stream != nullptr)
     detail::throw_invalid("stream: must be null for a CPU plan");
-  table[plan.table_row].launch(plan, tensors, workspace, stream);
+  selection_table()[plan.table_row].launch(plan, tensors, workspace, stream);
+}
+
+}  // namespace
+
+void run(const Plan& plan, const Tensors& tensors, void* workspace, size_t workspace_bytes,
+         void* stream) {
+  auto table = selection_table();
+  if (plan.table_row < 0 || plan.table_row >= static_cast<int>(table.size()) ||
+      plan.kernel != table[plan.table_row].name)
+    detail::throw_invalid("plan: not made by fsdpa::plan() of this library (kernel '" +
+                          plan.kernel + "')");
+  const Problem actual = describe(tensors, plan.options);
+  detail::check_matches_plan(plan.problem, actual);
+  launch(plan, tensors, workspace, workspace_bytes, stream);
 }
 
 void attention(const Tensors& tensors, const Options& options, void* stream) {
-  const Plan p = plan(describe(tensors, options), options);
+  // Planned once per shape (the cache), for exactly these tensors: no second
+  // describe() as run() would do.
+  const std::shared_ptr<const Plan> cached =
+      detail::plan_cache().plan(describe(tensors, options), options);
+  const Plan& p = *cached;
   if (p.backend == Backend::CPU) {
     std::unique_ptr<std::byte[]> workspace(p.workspace_bytes ? new std::byte[p.workspace_bytes]
                                                              : nullptr);
-    run(p, tensors, workspace.get(), p.workspace_bytes, stream);
+    launch(p, tensors, workspace.get(), p.workspace_bytes, stream);
     return;
   }
 #if FSDPA_WITH_CUDA
   detail::cuda::StreamWorkspace workspace(p.workspace_bytes, p.problem.device.index, stream);
-  run(p, tensors, workspace.data(), p.workspace_bytes, stream);
+  launch(p, tensors, workspace.data(), p.workspace_bytes, stream);
 #else
   throw Unsupported("fsdpa: no kernel: backend cuda is not built into this library");
 #endif

@@ -122,7 +122,8 @@ def test_dtype_errors(inputs):
 
 def test_not_an_array(inputs):
     with pytest.raises(TypeError, match=exact(
-            "fsdpa: q: expected a numpy.ndarray or a torch.Tensor, got builtins.list")):
+            "fsdpa: q: expected a numpy.ndarray, a torch.Tensor or an object with __dlpack__ and "
+            "__dlpack_device__, got builtins.list")):
         fsdpa.attention(inputs["q"].tolist(), inputs["k"], inputs["v"])
     with pytest.raises(TypeError, match="fsdpa: sinks: expected a numpy.ndarray"):
         fsdpa.attention(inputs["q"], inputs["k"], inputs["v"], sinks=[0.0] * 4)

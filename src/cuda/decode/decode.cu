@@ -108,7 +108,7 @@ DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v)
 // FSDPA_DECODE_SPLITS=N forces N key splits (1..kDecodeMaxSplits), for tests
 // of the single-pass and the combine paths on any shape; unset = automatic.
 int forced_splits() {
-  return static_cast<int>(env_integer("FSDPA_DECODE_SPLITS", 1, kDecodeMaxSplits, 0));
+  return static_cast<int>(env_integer(kEnvDecodeSplits, 1, kDecodeMaxSplits, 0));
 }
 
 }  // namespace
