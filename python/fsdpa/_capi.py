@@ -123,12 +123,13 @@ def _library_names():
 
 
 def candidate_paths(package_dir=None):
-    """Where the library is looked for when FSDPA_LIBRARY is not set: next to
-    the package, then the build directories of the repository the package
-    lives in (build/, build/lib/, then every other build*/ directory)."""
+    """Where the library is looked for when FSDPA_LIBRARY is not set: the
+    package's lib/ (where `pip install .` puts it), next to the package, then
+    the build directories of the repository the package lives in (build/,
+    build/lib/, then every other build*/ directory)."""
     package_dir = Path(package_dir or Path(__file__).resolve().parent)
     repo = package_dir.parent.parent  # <repo>/python/fsdpa
-    directories = [package_dir, repo / "build", repo / "build" / "lib"]
+    directories = [package_dir / "lib", package_dir, repo / "build", repo / "build" / "lib"]
     for other in sorted(repo.glob("build*")):
         if other.is_dir() and other not in directories:
             directories += [other, other / "lib"]

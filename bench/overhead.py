@@ -1,0 +1,103 @@
+"""The cost of one call, host side: fsdpa.attention() (the fast path),
+torch.ops.fsdpa.attention, a prepared call and torch's SDPA on the same CUDA
+decode tensors, and fsdpa.attention() against a prepared call on the CPU.
+
+A call's cost is the wall time of `calls` back-to-back calls (then one
+synchronize) over `calls`, on shapes whose kernel takes less than the call
+itself (so the number is the host's launch path, not the GPU's work); the
+median of `repeats` such loops. Writes JSON (--out) and prints a table.
+
+    python3 bench/overhead.py --out bench/results/h200-overhead.json
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+import numpy as np  # noqa: E402
+
+import fsdpa  # noqa: E402
+
+
+def per_call_us(fn, calls=2000, repeats=7, sync=lambda: None):
+    for _ in range(50):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def cuda_rows(torch):
+    import fsdpa.torch as ft  # noqa: PLC0415
+
+    shape = dict(batch=1, heads_q=32, heads_kv=8, len_k=512, dim=128)
+    q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, 8, 512, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, 8, 512, 128, device="cuda", dtype=torch.bfloat16)
+    prepared = fsdpa.prepare(q, k, v)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    sync = torch.cuda.synchronize
+    with torch.inference_mode():
+        rows = {
+            "fsdpa.attention": per_call_us(lambda: fsdpa.attention(q, k, v), sync=sync),
+            "torch.ops.fsdpa.attention": per_call_us(lambda: ft.attention(q, k, v), sync=sync),
+            "prepared": per_call_us(prepared, sync=sync),
+            "torch sdpa (enable_gqa)": per_call_us(lambda: sdpa(q, k, v, enable_gqa=True),
+                                                   sync=sync),
+        }
+    return shape, rows
+
+
+def cpu_rows():
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 8, 1, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
+    v = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
+    prepared = fsdpa.prepare(q, k, v)
+    shape = dict(batch=1, heads_q=8, heads_kv=2, len_k=64, dim=64)
+    return shape, {"fsdpa.attention": per_call_us(lambda: fsdpa.attention(q, k, v)),
+                   "prepared": per_call_us(prepared)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="JSON file to write")
+    parser.add_argument("--cpu-only", action="store_true")
+    args = parser.parse_args()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.open("a").close()  # fail before the run, not after
+    results = {"command": " ".join(sys.argv), "library": fsdpa.library_path()}
+    shape, rows = cpu_rows()
+    results["cpu"] = {"shape": shape, "us_per_call": rows,
+                      "ratio_to_prepared": rows["fsdpa.attention"] / rows["prepared"]}
+    if not args.cpu_only:
+        import torch  # noqa: PLC0415
+
+        shape, rows = cuda_rows(torch)
+        results["cuda"] = {"shape": shape, "us_per_call": rows,
+                           "ratio_to_torch_sdpa": rows["fsdpa.attention"]
+                           / rows["torch sdpa (enable_gqa)"]}
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print("| device | call | us per call |\n|---|---|---|")
+    for device in ("cpu", "cuda"):
+        for name, us in results.get(device, {}).get("us_per_call", {}).items():
+            print(f"| {device} | {name} | {us:.1f} |")
+    print(f"cpu: attention / prepared = {results['cpu']['ratio_to_prepared']:.2f}")
+    if "cuda" in results:
+        print(f"cuda: attention / torch sdpa = {results['cuda']['ratio_to_torch_sdpa']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Adapters that plug fsdpa into other libraries (imported on demand)."""

@@ -1,0 +1,166 @@
+"""fsdpa as a PyTorch operator: ``torch.ops.fsdpa.attention``.
+
+Registered with ``torch.library.custom_op`` and a fake (meta) implementation,
+so ``torch.compile(fullgraph=True)`` sees one opaque node instead of a graph
+break, and CUDA-graph capture (``mode="reduce-overhead"``, ``torch.cuda.graph``)
+records its launch: the op allocates its outputs and workspace from torch's
+allocator and launches on torch's current stream without synchronizing.
+
+Two familiar faces over it:
+
+- ``scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
+  is_causal, scale, enable_gqa)``: torch.nn.functional's signature and
+  semantics, including its *top-left* ``is_causal`` when Lq != Lk (fsdpa's
+  own default is bottom-right).
+- ``flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size,
+  softcap, ...)``: FlashAttention's, on [batch, seq, heads, dim] tensors, with
+  its bottom-right causal alignment.
+
+fsdpa has no backward yet: inputs that require grad raise
+``fsdpa.Unsupported`` (under ``torch.no_grad()`` or ``inference_mode()`` they
+run).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _api
+from ._errors import InvalidArgument, Unsupported
+
+__all__ = ["attention", "flash_attn_func", "scaled_dot_product_attention"]
+
+_LAYOUTS = ("bhsd", "bshd")
+
+
+@torch.library.custom_op("fsdpa::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor | None, sinks: torch.Tensor | None, scale: float | None,
+                  causal: bool, causal_align: str, window_left: int | None, softcap: float,
+                  policy: str | None, return_lse: bool,
+                  out_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, heads, len_q = q.shape[:3]
+    if out_layout == "bshd":  # [B, Lq, H, Dv] storage, viewed as [B, H, Lq, Dv]
+        out = torch.empty((batch, len_q, heads, v.shape[3]), dtype=q.dtype, device=q.device)
+        out_view = out.transpose(1, 2)
+    else:
+        out = out_view = torch.empty((batch, heads, len_q, v.shape[3]), dtype=q.dtype,
+                                     device=q.device)
+    result = _api.attention(q, k, v, mask=mask, sinks=sinks, scale=scale, causal=causal,
+                            causal_align=causal_align, window_left=window_left,
+                            softcap=softcap or None, policy=policy, return_lse=return_lse,
+                            out=out_view)
+    lse = result[1] if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+@_attention_op.register_fake
+def _attention_fake(q, k, v, mask, sinks, scale, causal, causal_align, window_left, softcap,
+                    policy, return_lse, out_layout):
+    batch, heads, len_q = q.shape[:3]
+    if out_layout == "bshd":
+        out = q.new_empty((batch, len_q, heads, v.shape[3]))
+    else:
+        out = q.new_empty((batch, heads, len_q, v.shape[3]))
+    lse = q.new_empty((batch, heads, len_q) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+def _check_inputs(*tensors):
+    for name, tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"fsdpa: {name}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors):
+        name = next(name for name, t in tensors if t.requires_grad)
+        raise Unsupported(
+            f"fsdpa: autograd: {name} requires grad, and fsdpa has no backward yet; run it "
+            "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
+              causal: bool = False, causal_align: str = "bottom_right",
+              window_left: int | None = None, mask: torch.Tensor | None = None,
+              sinks: torch.Tensor | None = None, policy: str | None = None,
+              softcap: float | None = None, return_lse: bool = False,
+              out_layout: str = "bhsd"):
+    """fsdpa.attention() on torch tensors, through the registered operator
+    (q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv], any strides).
+    out_layout "bhsd" returns out [B, Hq, Lq, Dv]; "bshd" returns it as
+    [B, Lq, Hq, Dv], written in place without a transpose copy."""
+    named = [("q", q), ("k", k), ("v", v)]
+    named += [(n, t) for n, t in (("mask", mask), ("sinks", sinks)) if t is not None]
+    _check_inputs(*named)
+    if not isinstance(causal, bool):
+        raise InvalidArgument(f"fsdpa: causal: expected a bool, got {causal!r}")
+    if out_layout not in _LAYOUTS:
+        raise InvalidArgument(f"fsdpa: out_layout: expected 'bhsd' or 'bshd', got {out_layout!r}")
+    out, lse = torch.ops.fsdpa.attention(q, k, v, mask, sinks,
+                                         None if scale is None else float(scale), causal,
+                                         causal_align, window_left, float(softcap or 0.0),
+                                         policy, return_lse, out_layout)
+    return (out, lse) if return_lse else out
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention on fsdpa's kernels:
+    query [..., Hq, Lq, E], key [..., Hkv, Lk, E], value [..., Hkv, Lk, Ev]
+    with one or two leading dims ([B, H, L, E] or [H, L, E]). As in torch,
+    is_causal is top-left aligned (query i sees keys j <= i) and excludes
+    attn_mask; attn_mask is bool (True = take part) or additive; Hq != Hkv
+    needs enable_gqa=True. dropout_p must be 0 (no dropout in fsdpa)."""
+    if dropout_p != 0.0:
+        raise Unsupported(f"fsdpa: dropout_p: fsdpa has no dropout, got {dropout_p}")
+    if is_causal and attn_mask is not None:
+        raise InvalidArgument("fsdpa: attn_mask: must be None when is_causal is set (as in torch)")
+    if query.dim() not in (3, 4):
+        raise InvalidArgument(
+            f"fsdpa: query: expected 3 or 4 dims ([H, L, E] or [B, H, L, E]), got {query.dim()}")
+    unbatched = query.dim() == 3
+    if unbatched:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+        if attn_mask is not None and attn_mask.dim() == 3:
+            attn_mask = attn_mask.unsqueeze(0)
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise InvalidArgument(
+            f"fsdpa: enable_gqa: query has {query.shape[1]} heads and key {key.shape[1]}; pass "
+            "enable_gqa=True for grouped-query attention (as in torch)")
+    out = attention(query, key, value, scale=scale, causal=is_causal, causal_align="top_left",
+                    mask=attn_mask)
+    return out.squeeze(0) if unbatched else out
+
+
+def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float = 0.0,
+                    softmax_scale: float | None = None, causal: bool = False,
+                    window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                    alibi_slopes: torch.Tensor | None = None, deterministic: bool = False,
+                    return_attn_probs: bool = False) -> torch.Tensor:
+    """FlashAttention's flash_attn_func on fsdpa's kernels: q [B, Lq, Hq, D],
+    k [B, Lk, Hkv, D], v [B, Lk, Hkv, Dv] (any strides) -> out [B, Lq, Hq, Dv].
+    causal and window_size are bottom-right aligned; window_size = (left,
+    right), -1 for none, with right -1 or 0 (0 is causal). deterministic is accepted
+    (fsdpa's forward is deterministic); dropout, ALiBi and the probabilities
+    are not implemented and raise."""
+    if dropout_p != 0.0:
+        raise Unsupported(f"fsdpa: dropout_p: fsdpa has no dropout, got {dropout_p}")
+    if alibi_slopes is not None:
+        raise Unsupported("fsdpa: alibi_slopes: ALiBi is not implemented")
+    if return_attn_probs:
+        raise Unsupported("fsdpa: return_attn_probs: fsdpa never materializes the probabilities")
+    left, right = window_size
+    if right == 0:  # keys up to the diagonal: what causal means
+        causal = True
+    elif right != -1:
+        raise Unsupported(
+            f"fsdpa: window_size: a right window other than -1 (none) or 0 (causal) is not "
+            f"implemented, got {window_size!r}")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if isinstance(tensor, torch.Tensor) and tensor.dim() != 4:
+            raise InvalidArgument(
+                f"fsdpa: {name}: expected 4 dims [batch, seq, heads, dim], got {tensor.dim()}")
+    return attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                     scale=softmax_scale, causal=causal,
+                     window_left=None if left < 0 else left, softcap=softcap or None,
+                     out_layout="bshd")
