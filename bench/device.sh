@@ -8,7 +8,7 @@
 # brings back at most 8 files); a short summary is printed last.
 #
 #   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -306,6 +306,28 @@ if [ "$STAGES" = decode ]; then
   fi
 fi
 
+# ------------------------------------------------------------------ ecosystem
+# The Python side on the GPU: every GPU suite (the library's call path
+# changed under them), the Python GPU tests (torch op, torch.compile, CUDA
+# graphs, the transformers backend), the call-overhead bench, and
+# `pip install` of the CUDA build into a fresh venv.
+if [ "$STAGES" = ecosystem ]; then
+  run_gpu_suites 240 200 120
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 300) \
+    python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
+  say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
+  grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
+  mkdir -p "$OUT/bench"
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 120) python3 bench/overhead.py \
+    --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
+  say "overhead bench: rc=$?"
+  tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
+  t0=$(date +%s)
+  FSDPA_PIP_CMAKE_ARGS="-DFSDPA_HEAD_DIMS=64;128 ${cmake_extra[*]}" timeout $(limit 240) \
+    bash tests/package/check_pip.sh "$PWD" /tmp/fsdpa-pip python3 >"$OUT/pip.log" 2>&1
+  say "pip install (CUDA build, fresh venv): rc=$? $(($(date +%s) - t0)) s $(tail -1 "$OUT/pip.log")"
+fi
+
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   run_gpu_suites 300 300 120
@@ -373,9 +395,9 @@ tar czf "$FINAL_OUT/results.tgz" -C "$OUT" .
 cp "$SUMMARY" "$FINAL_OUT/summary.txt"
 # The coverage stage's reports also on their own: results.tgz can pass the
 # tool's 16 MB a file (the SASS and sanitizer logs of a full build).
-if [ "$STAGES" = coverage ]; then
+if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ]; then
   for f in h200-prefill-large.json h200-prefill-large.md h200-prefill-large.png \
-    h200-decode-unaligned.json support-matrix.md; do
+    h200-decode-unaligned.json support-matrix.md h200-overhead.json h200-overhead.md; do
     [ -f "$OUT/bench/$f" ] && cp "$OUT/bench/$f" "$FINAL_OUT/"
   done
 fi

@@ -50,11 +50,47 @@ def cuda_rows(torch):
     with torch.inference_mode():
         rows = {
             "fsdpa.attention": per_call_us(lambda: fsdpa.attention(q, k, v), sync=sync),
-            "torch.ops.fsdpa.attention": per_call_us(lambda: ft.attention(q, k, v), sync=sync),
+            "fsdpa.torch.attention (eager)": per_call_us(lambda: ft.attention(q, k, v),
+                                                         sync=sync),
+            "torch.ops.fsdpa.attention": per_call_us(
+                lambda: torch.ops.fsdpa.attention(q, k, v, None, None, None, False,
+                                                  "bottom_right", None, 0.0, None, False,
+                                                  "bhsd"), sync=sync),
             "prepared": per_call_us(prepared, sync=sync),
             "torch sdpa (enable_gqa)": per_call_us(lambda: sdpa(q, k, v, enable_gqa=True),
                                                    sync=sync),
         }
+        # Where a fast-path call's time goes: each piece alone, same tensors.
+        from fsdpa import _api, _arrays, _capi  # noqa: PLC0415
+
+        fsdpa.attention(q, k, v)
+        entry = next(e for e in _api._plans.values() if e.out_shape == (1, 32, 1, 128))
+        pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0, 0, 0]
+        block = _api._Words.from_buffer_copy(entry.template)
+        for slot, value in zip(entry.slots, pointers[:3] + [pointers[0]]):
+            block[slot] = value
+        workspace = torch.empty(max(entry.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        stream = _arrays.stream_of(q)
+        lib = _capi.library()
+        out_spare = torch.empty((1, 32, 1, 128), dtype=q.dtype, device="cuda")
+        block[entry.slots[3]] = out_spare.data_ptr()
+        pieces = {
+            "piece: key of q, k, v": lambda: [(a.shape, a.stride(), a.dtype, a.device,
+                                               a.data_ptr() & 15) for a in (q, k, v)],
+            "piece: environment": _capi.environment,
+            "piece: torch.empty out": lambda: torch.empty((1, 32, 1, 128), dtype=q.dtype,
+                                                          device=q.device),
+            "piece: torch.empty workspace": lambda: torch.empty(entry.workspace_bytes,
+                                                                dtype=torch.uint8,
+                                                                device=q.device),
+            "piece: stream": lambda: _arrays.stream_of(q),
+            "piece: fsdpa_run (ctypes + library)": lambda: lib.fsdpa_run(
+                entry.plan.handle, _api.ctypes.addressof(block), workspace.data_ptr(),
+                entry.workspace_bytes, stream),
+            "piece: entry.run": lambda: entry.run(q, list(pointers), None),
+        }
+        for name, piece in pieces.items():
+            rows[name] = per_call_us(piece, sync=sync)
     return shape, rows
 
 
@@ -87,7 +123,8 @@ def main():
         shape, rows = cuda_rows(torch)
         results["cuda"] = {"shape": shape, "us_per_call": rows,
                            "ratio_to_torch_sdpa": rows["fsdpa.attention"]
-                           / rows["torch sdpa (enable_gqa)"]}
+                           / rows["torch sdpa (enable_gqa)"],
+                           "note": "piece: rows time one part of the fast path alone"}
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     print("| device | call | us per call |\n|---|---|---|")

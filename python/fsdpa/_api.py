@@ -318,15 +318,17 @@ class _Entry:
         values += [optional[name] for name in self.present]
         for slot, value in zip(self.slots, values):
             block[slot] = value
-        workspace, workspace_pointer = None, None
+        stream = _arrays.stream_of(q)
+        # Fresh each run: runs of two CPU threads overlap, and a CUDA
+        # workspace kept between runs would outlive a CUDA-graph pool that
+        # torch.compile's cudagraph trees allocated it from.
+        workspace = None
         if self.workspace_bytes:
             workspace = _arrays.empty_bytes_like_kind(q, self.workspace_bytes)
-            workspace_pointer = data_pointer(workspace)
-        stream = _arrays.stream_of(q)
-        _capi.check(self.lib.fsdpa_run(self.plan.handle, base, workspace_pointer,
+        _capi.check(self.lib.fsdpa_run(self.plan.handle, base,
+                                       data_pointer(workspace) if workspace is not None else None,
                                        self.workspace_bytes, stream))
         return (out, lse) if lse is not None else out
-
 
 @dataclasses.dataclass(frozen=True)
 class PlanInfo:

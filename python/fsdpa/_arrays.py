@@ -353,7 +353,13 @@ def current_stream(view_of_q):
 
 
 def stream_of(array):
-    """current_stream() for a numpy array or torch tensor (the fast path)."""
+    """current_stream() for a numpy array or torch tensor (the fast path):
+    torch's raw current stream where torch exposes it (a stream object costs
+    microseconds to make), else through torch.cuda.current_stream."""
     if is_torch(array) and array.is_cuda:
-        return sys.modules["torch"].cuda.current_stream(array.device).cuda_stream or None
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(array.get_device()) or None
+        return torch.cuda.current_stream(array.device).cuda_stream or None
     return None

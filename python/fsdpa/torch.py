@@ -5,6 +5,9 @@ so ``torch.compile(fullgraph=True)`` sees one opaque node instead of a graph
 break, and CUDA-graph capture (``mode="reduce-overhead"``, ``torch.cuda.graph``)
 records its launch: the op allocates its outputs and workspace from torch's
 allocator and launches on torch's current stream without synchronizing.
+``attention()`` and the faces below call the operator when traced and its
+implementation directly in eager mode (the operator's eager dispatch costs
+more than the launch).
 
 Two familiar faces over it:
 
@@ -33,12 +36,10 @@ __all__ = ["attention", "flash_attn_func", "scaled_dot_product_attention"]
 _LAYOUTS = ("bhsd", "bshd")
 
 
-@torch.library.custom_op("fsdpa::attention", mutates_args=())
-def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  mask: torch.Tensor | None, sinks: torch.Tensor | None, scale: float | None,
-                  causal: bool, causal_align: str, window_left: int | None, softcap: float,
-                  policy: str | None, return_lse: bool,
-                  out_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left, softcap,
+                     policy, return_lse, out_layout):
+    """The operator's implementation: outputs from torch's allocator, the
+    launch on torch's current stream (fsdpa.attention's fast path)."""
     batch, heads, len_q = q.shape[:3]
     if out_layout == "bshd":  # [B, Lq, H, Dv] storage, viewed as [B, H, Lq, Dv]
         out = torch.empty((batch, len_q, heads, v.shape[3]), dtype=q.dtype, device=q.device)
@@ -52,6 +53,16 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             out=out_view)
     lse = result[1] if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device)
     return out, lse
+
+
+@torch.library.custom_op("fsdpa::attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  mask: torch.Tensor | None, sinks: torch.Tensor | None, scale: float | None,
+                  causal: bool, causal_align: str, window_left: int | None, softcap: float,
+                  policy: str | None, return_lse: bool,
+                  out_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left,
+                            softcap, policy, return_lse, out_layout)
 
 
 @_attention_op.register_fake
@@ -94,10 +105,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
         raise InvalidArgument(f"fsdpa: causal: expected a bool, got {causal!r}")
     if out_layout not in _LAYOUTS:
         raise InvalidArgument(f"fsdpa: out_layout: expected 'bhsd' or 'bshd', got {out_layout!r}")
-    out, lse = torch.ops.fsdpa.attention(q, k, v, mask, sinks,
-                                         None if scale is None else float(scale), causal,
-                                         causal_align, window_left, float(softcap or 0.0),
-                                         policy, return_lse, out_layout)
+    args = (q, k, v, mask, sinks, None if scale is None else float(scale), causal, causal_align,
+            window_left, float(softcap or 0.0), policy, return_lse, out_layout)
+    # Traced (torch.compile), the call is the operator, one opaque node. In
+    # eager mode the operator's dispatch would cost more than the launch
+    # (tens of microseconds), so the same implementation runs directly; it
+    # is just as capturable into a CUDA graph.
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.fsdpa.attention(*args)
+    else:
+        out, lse = _attention_eager(*args)
     return (out, lse) if return_lse else out
 
 

@@ -5,7 +5,10 @@
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="fsdpa")
 
 register() adds "fsdpa" to transformers' AttentionInterface and
-AttentionMaskInterface. The masks are the ones transformers makes for its
+AttentionMaskInterface. transformers applies its sdpa support check to any
+name that contains "sdpa": for a model that opts out of sdpa (gpt-oss, whose
+sinks sdpa cannot take) register another name, e.g.
+register("fused_attention"), and load the model with that. The masks are the ones transformers makes for its
 sdpa backend (boolean, True = attend, or None when the pattern is plain
 causal), so padding, sliding windows and chunked layers mean exactly what they
 mean for sdpa; on top of that fsdpa takes each layer's scaling, soft cap

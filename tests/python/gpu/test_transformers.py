@@ -45,9 +45,16 @@ FAMILIES = {
 }
 
 
+# transformers applies its sdpa support check to every name containing
+# "sdpa", so models that opt out of sdpa (gpt-oss: sinks) load fsdpa under a
+# name without it.
+NAME_WITHOUT_SDPA = "fused_attention"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     assert fsdpa_hf.register() == "fsdpa"
+    assert fsdpa_hf.register(NAME_WITHOUT_SDPA) == NAME_WITHOUT_SDPA
 
 
 def models(family):
@@ -58,7 +65,8 @@ def models(family):
     config = config_class(**{**COMMON, **extra})
     torch.manual_seed(0)
     eager = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
-    ours = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="fsdpa")
+    name = "fsdpa" if getattr(eager, "_supports_sdpa", True) else NAME_WITHOUT_SDPA
+    ours = transformers.AutoModelForCausalLM.from_config(config, attn_implementation=name)
     ours.load_state_dict(eager.state_dict())
     return (eager.to("cuda", torch.float32).eval(), ours.to("cuda", torch.float32).eval())
 
