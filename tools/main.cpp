@@ -238,6 +238,7 @@ std::string command_line(int argc, char** argv) {
 // the exit status (0 when every case is ok).
 int run_table(const std::vector<CaseSpec>& specs, const Settings& base, uint64_t seed,
               const ReportHeader& header, const std::optional<std::string>& json_path) {
+  if (json_path) check_writable(*json_path);
   ResultTable table;
   table.print_header(std::cout);
   std::cout << std::flush;
@@ -392,6 +393,7 @@ int cmd_run(const std::vector<std::string>& tokens, const std::string& command) 
   settings.check = a.has("--check");
   settings.unfused = a.has("--compare");
   settings.seed = seed;
+  if (a.value("--json")) check_writable(*a.value("--json"));
   const CaseResult r = run_case(c, settings);
   if (a.value("--json"))
     write_json(*a.value("--json"), ReportHeader{command, device.name, device.reason, seed}, {c},

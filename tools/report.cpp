@@ -288,6 +288,11 @@ void Progress::done() {
   if (tty_) std::cerr << "\r\033[K" << std::flush;
 }
 
+void check_writable(const std::string& path) {
+  std::ofstream file(path, std::ios::app);
+  if (!file) throw Error("fsdpa: cannot open '" + path + "' for writing");
+}
+
 void write_json(const std::string& path, const ReportHeader& header,
                 const std::vector<CaseSpec>& specs, const std::vector<CaseResult>& results) {
   std::ofstream file(path);
