@@ -127,6 +127,11 @@ def main():
                            "note": "piece: rows time one part of the fast path alone"}
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"Command: `{results['command']}` (bench/device.sh ecosystem)  ")
+    print(f"CPU shape {results['cpu']['shape']}, f16 numpy"
+          + (f"; CUDA shape {results['cuda']['shape']}, bf16 torch, Lq=1, under inference_mode"
+             if "cuda" in results else "") + ". Wall time of back-to-back calls over their count"
+          " (then one synchronize), median of 7 loops of 2000.\n")
     print("| device | call | us per call |\n|---|---|---|")
     for device in ("cpu", "cuda"):
         for name, us in results.get(device, {}).get("us_per_call", {}).items():
