@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "args.h"
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "cpu/cpu.h"
@@ -950,6 +951,33 @@ DeviceChoice choose_device(const std::string& requested, bool probe) {
   choice.reason = "the CUDA backend is not built into this library";
   return choice;
 #endif
+}
+
+DeviceChoice planning_device(const std::string& requested, const std::optional<std::string>& arch) {
+  if (arch && requested != "cuda") throw UsageError("--arch needs --device cuda");
+#if FSDPA_WITH_CUDA
+  if (requested == "cuda") {
+    DeviceChoice choice;
+    choice.device = {DeviceType::CUDA, 0};
+    if (detail::cuda::device_count() == 0) {
+      if (arch && *arch != kOfflineArch)
+        throw UsageError("--arch " + *arch + ": without a CUDA device fsdpa plans for " +
+                         kOfflineArch + " only (the rows read no device facts)");
+      choice.name = std::string("no CUDA device: planned offline for ") + kOfflineArch;
+      choice.reason = "--device cuda without a device";
+      return choice;
+    }
+    const std::string present =
+        "sm_" + std::to_string(detail::cuda::device_info(0).compute_capability);
+    if (arch && *arch != present)
+      throw UsageError("--arch " + *arch + ": device cuda:0 is " + present +
+                       "; planning for another architecture needs no device present");
+    choice.name = cuda_name(0);
+    choice.reason = "--device cuda";
+    return choice;
+  }
+#endif
+  return choose_device(requested, false);
 }
 
 }  // namespace fsdpa::tool

@@ -122,4 +122,16 @@ struct DeviceChoice {
 // raises fsdpa::Unsupported when the backend is not built or no device exists.
 DeviceChoice choose_device(const std::string& requested, bool probe);
 
+// The architecture fsdpa's CUDA rows assume when they plan for a device that
+// is not present: they read no device facts, so every row that is built
+// serves what its compile-time limits allow (an H100/H200).
+inline constexpr const char* kOfflineArch = "sm_90";
+
+// The device `fsdpa plan` plans for. Like choose_device without a probe,
+// except that `--device cuda` without a GPU plans offline for kOfflineArch
+// (the support matrix does the same). `arch`, when given (needs --device
+// cuda), must be the present device's architecture, or kOfflineArch when
+// there is none; anything else is a UsageError naming both.
+DeviceChoice planning_device(const std::string& requested, const std::optional<std::string>& arch);
+
 }  // namespace fsdpa::tool

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     R"(usage: fsdpa [--device auto|cpu|cuda] [--dtype bf16|f16|f32] [--len N]
              [--decode-len N] [--batch N] [--presets a,b,...] [--pad-rows]
              [--json FILE] [--seed N]
-       fsdpa plan SHAPE [--device auto|cpu|cuda]
+       fsdpa plan SHAPE [--device auto|cpu|cuda] [--arch sm_NN]
        fsdpa plan --matrix
        fsdpa run SHAPE [--device auto|cpu|cuda] [--repeat N] [--check] [--compare]
                  [--seed N] [--json FILE]
@@ -328,7 +328,8 @@ int cmd_default(const std::vector<std::string>& tokens, const std::string& comma
 }
 
 int cmd_plan(const std::vector<std::string>& tokens) {
-  const std::vector<FlagSpec> flags = with_shape_flags({{"--matrix", Arity::Switch}});
+  const std::vector<FlagSpec> flags =
+      with_shape_flags({{"--matrix", Arity::Switch}, {"--arch", Arity::Value}});
   const Args a(tokens, flags);
   if (a.has("--matrix")) {
     if (tokens.size() > 1) throw UsageError("plan --matrix takes no other flag");
@@ -336,9 +337,10 @@ int cmd_plan(const std::vector<std::string>& tokens) {
     return 0;
   }
   CaseSpec c = shape_from_args(a);
-  c.device = choose_device(device_flag(a), false).device;
+  const DeviceChoice device = planning_device(device_flag(a), a.value("--arch"));
+  c.device = device.device;
   const Problem problem = describe_case(c);
-  std::cout << plan(problem, c.options).explain();
+  std::cout << "target    " << device.name << "\n" << plan(problem, c.options).explain();
   return 0;
 }
 
