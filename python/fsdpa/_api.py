@@ -28,6 +28,13 @@ _POLICY = {
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+def _check_bool(name, value, note=""):
+    """bool or numpy.bool_, nothing else (no ints, no strings)."""
+    kind = type(value)
+    if kind is not bool and not (kind.__module__ == "numpy" and kind.__name__ == "bool_"):
+        raise InvalidArgument(f"fsdpa: {name}: expected a bool, got {value!r}{note}")
+
+
 def _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap=None):
     o = _capi.Options()
     o.policy = _capi.POLICY_DEFAULT
@@ -38,10 +45,7 @@ def _options(scale, causal, causal_align, window_left, policy, allow_tf32, softc
             raise InvalidArgument(f"fsdpa: scale: expected a number, got {scale!r}") from None
         o.has_scale = 1
     # A string here was once taken as True: causal="top_left" ran bottom-right.
-    numpy_bool = type(causal).__module__ == "numpy" and type(causal).__name__ == "bool_"
-    if not (isinstance(causal, bool) or numpy_bool):
-        raise InvalidArgument(
-            f"fsdpa: causal: expected a bool, got {causal!r} (the alignment is causal_align)")
+    _check_bool("causal", causal, " (the alignment is causal_align)")
     o.causal = 1 if causal else 0
     if not isinstance(causal_align, str) or causal_align not in _CAUSAL_ALIGN:
         raise InvalidArgument(
@@ -61,6 +65,7 @@ def _options(scale, causal, causal_align, window_left, policy, allow_tf32, softc
         raise InvalidArgument(
             f"fsdpa: policy: expected 'auto', 'fused', 'unfused' or None, got {policy!r}")
     o.policy = _POLICY[policy]
+    _check_bool("allow_tf32", allow_tf32)
     o.allow_tf32 = 1 if allow_tf32 else 0
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
@@ -74,6 +79,7 @@ class _Call:
     alive, and the outputs (allocated here unless given)."""
 
     def __init__(self, q, k, v, mask, sinks, out, return_lse):
+        _check_bool("return_lse", return_lse)
         self.q = _arrays.view("q", q)
         k_view = _arrays.view("k", k)
         v_view = _arrays.view("v", v)
@@ -140,8 +146,11 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
     A repeated call with the same shapes, strides, dtypes, devices, options
     and environment reuses its plan (a bounded cache) and only launches.
     """
+    if type(return_lse) is not bool:
+        _check_bool("return_lse", return_lse)
     options_key = (scale, type(scale), causal, type(causal), causal_align, window_left,
-                   type(window_left), policy, bool(allow_tf32), softcap, type(softcap))
+                   type(window_left), policy, allow_tf32, type(allow_tf32), softcap,
+                   type(softcap))
     fast = _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key)
     if fast is not None:
         return fast
@@ -217,7 +226,7 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key):
     key = tuple(parts)
     entry = _plans.get(key)
     if entry is None:
-        scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, softcap, _ = (
+        scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, _, softcap, _ = (
             options_key)
         options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
         entry = _Entry(_Call(q, k, v, mask, sinks, out, return_lse), options)
@@ -401,9 +410,10 @@ def _plan_info(lib, handle):
     )
 
 
-def plan(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
-         mask=None, sinks=None, policy=None, allow_tf32=False, softcap=None, return_lse=False,
-         out=None):
+def plan(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
+         causal_align: str = "bottom_right", window_left: int | None = None, mask: Any = None,
+         sinks: Any = None, policy: str | None = None, allow_tf32: bool = False,
+         softcap: float | None = None, return_lse: bool = False, out: Any = None) -> PlanInfo:
     """The plan attention() would run with the same arguments, as a PlanInfo.
     Nothing is computed (out is allocated when not given, to plan for its
     layout)."""
@@ -439,7 +449,7 @@ class Prepared:
         self.out = call.out
         self.lse = call.lse
 
-    def __call__(self):
+    def __call__(self) -> Any:
         stream = _arrays.current_stream(self._call.q)
         _capi.check(self._lib.fsdpa_run(self._handle, ctypes.addressof(self._call.struct),
                                         ctypes.c_void_p(self._workspace_pointer),
@@ -452,15 +462,16 @@ class Prepared:
             self._lib.fsdpa_plan_destroy(handle)
 
 
-def prepare(q, k, v, *, scale=None, causal=False, causal_align="bottom_right", window_left=None,
-            mask=None, sinks=None, policy=None, allow_tf32=False, softcap=None, return_lse=False,
-         out=None):
+def prepare(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
+            causal_align: str = "bottom_right", window_left: int | None = None, mask: Any = None,
+            sinks: Any = None, policy: str | None = None, allow_tf32: bool = False,
+            softcap: float | None = None, return_lse: bool = False, out: Any = None) -> Prepared:
     """Plans once and returns a Prepared call (same arguments as attention())."""
     options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
     return Prepared(_Call(q, k, v, mask, sinks, out, return_lse), options)
 
 
-def support_matrix():
+def support_matrix() -> str:
     """The support matrix (markdown) derived from the selection table."""
     lib = _capi.library()
     text = lib.fsdpa_support_matrix()
@@ -469,12 +480,12 @@ def support_matrix():
     return text.decode("utf-8", "replace")
 
 
-def version():
+def version() -> str:
     """The library version, e.g. "0.1.0"."""
     return _capi.library().fsdpa_version().decode("ascii")
 
 
-def backend_built(backend):
+def backend_built(backend: str) -> bool:
     """Whether the backend ("cpu" or "cuda") is compiled into the library."""
     codes = {"cpu": _capi.BACKEND_CPU, "cuda": _capi.BACKEND_CUDA}
     if backend not in codes:
@@ -482,6 +493,6 @@ def backend_built(backend):
     return bool(_capi.library().fsdpa_backend_built(codes[backend]))
 
 
-def library_path():
+def library_path() -> str:
     """The path of the shared library this wrapper uses (or would load)."""
     return str(_capi.find_library())

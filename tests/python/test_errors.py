@@ -87,6 +87,9 @@ OPTION_ERRORS = [
      "fsdpa: causal: expected a bool, got 'top_left' (the alignment is causal_align)"),
     ({"causal": 1}, "fsdpa: causal: expected a bool, got 1 (the alignment is causal_align)"),
     ({"softcap": True}, "fsdpa: softcap: expected a number, got True"),
+    ({"allow_tf32": 1}, "fsdpa: allow_tf32: expected a bool, got 1"),
+    ({"return_lse": "yes"}, "fsdpa: return_lse: expected a bool, got 'yes'"),
+    ({"return_lse": 0}, "fsdpa: return_lse: expected a bool, got 0"),
     ({"window_left": 2**70}, f"fsdpa: window_left: {2**70} does not fit in 64 bits"),
     ({"causal_align": "diagonal"},
      "fsdpa: causal_align: expected 'bottom_right' or 'top_left', got 'diagonal'"),
@@ -98,8 +101,13 @@ OPTION_ERRORS = [
 
 @pytest.mark.parametrize("options,message", OPTION_ERRORS)
 def test_option_errors(inputs, options, message):
+    # Twice: the second call would hit the cache entry of an accepted call.
+    fsdpa.attention(inputs["q"], inputs["k"], inputs["v"])
+    for _ in range(2):
+        with pytest.raises(fsdpa.InvalidArgument, match=exact(message)):
+            fsdpa.attention(inputs["q"], inputs["k"], inputs["v"], **options)
     with pytest.raises(fsdpa.InvalidArgument, match=exact(message)):
-        fsdpa.attention(inputs["q"], inputs["k"], inputs["v"], **options)
+        fsdpa.plan(inputs["q"], inputs["k"], inputs["v"], **options)
 
 
 def test_dtype_errors(inputs):
