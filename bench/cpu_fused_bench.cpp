@@ -17,6 +17,7 @@
 #include <cblas.h>
 #include <sys/utsname.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "fsdpa/fsdpa.h"
+#include "json_file.h"
 
 extern "C" {
 char* openblas_get_config(void);
@@ -291,11 +293,6 @@ std::string trim(std::string s) {
   return s;
 }
 
-int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--reps N] [--json FILE] [--markdown FILE] [--quick]\n", argv0);
-  return 2;
-}
-
 std::string mib(double bytes) {
   char buf[64];
   if (bytes < 0) return "n/a";
@@ -313,21 +310,15 @@ int main(int argc, char** argv) {
     if (i > 0) command += ' ';
     command += argv[i];
   }
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--reps" && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-      if (reps < 1) return usage(argv[0]);
-    } else if (arg == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (arg == "--markdown" && i + 1 < argc) {
-      markdown_path = argv[++i];
-    } else if (arg == "--quick") {
-      quick = true;
-    } else {
-      return usage(argv[0]);
-    }
-  }
+  CLI::App app("The CPU fused path against a materializing attention on OpenBLAS sgemm",
+               "cpu_fused_bench");
+  app.add_option("--reps", reps, "timed runs per case [5]")->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "write the results as JSON to FILE");
+  app.add_option("--markdown", markdown_path, "write the results as markdown to FILE");
+  app.add_flag("--quick", quick, "the small cases only");
+  CLI11_PARSE(app, argc, argv);
+  for (const std::string& path : {json_path, markdown_path})
+    if (!path.empty()) fsdpa::tool::check_writable(path);
 
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
@@ -420,33 +411,46 @@ int main(int argc, char** argv) {
           "resetting the high-water mark.\n";
   }
   if (!json_path.empty()) {
-    std::ofstream js(json_path);
-    js.precision(6);
-    js << "{\n  \"cpu\": \"" << model << "\",\n  \"cores\": " << cores << ",\n  \"openblas\": \""
-       << blas_config << "\",\n  \"openblas_core\": \"" << blas_core << "\",\n  \"reps\": " << reps
-       << ",\n  \"sgemm_2048_gflops\": " << sgemm << ",\n  \"cases\": [\n";
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Result& r = results[i];
+    using fsdpa::tool::finite_or_null;
+    fsdpa::tool::Json js;
+    js["cpu"] = model;
+    js["cores"] = cores;
+    js["openblas"] = blas_config;
+    js["openblas_core"] = blas_core;
+    js["reps"] = reps;
+    js["sgemm_2048_gflops"] = finite_or_null(sgemm);
+    fsdpa::tool::Json& cases = js["cases"] = fsdpa::tool::Json::array();
+    for (const Result& r : results) {
       const Shape& s = r.shape;
-      js << "    {\"batch\": " << s.batch << ", \"heads\": " << s.heads
-         << ", \"len_q\": " << s.len_q << ", \"len_k\": " << s.len_k << ", \"head_dim\": " << s.dim
-         << ", \"dtype\": \"f32\", \"flops\": " << flops(s) << ", \"fused_ms\": " << r.fused_s * 1e3
-         << ", \"fused_gflops\": " << r.fused_gflops
-         << ", \"fused_share_of_sgemm\": " << r.fused_share
-         << ", \"materializing_ms\": " << r.mat_s * 1e3
-         << ", \"materializing_gflops\": " << r.mat_gflops
-         << ", \"fused_transient_bytes\": " << r.fused_bytes
-         << ", \"materializing_transient_bytes\": " << r.mat_bytes
-         << ", \"memory_ratio\": " << r.fused_bytes / r.mat_bytes
-         << ", \"fused_peak_rss_growth_bytes\": " << r.fused_rss
-         << ", \"materializing_peak_rss_growth_bytes\": " << r.mat_rss
-         << ", \"max_abs_diff\": " << r.max_diff << ", \"rel_diff\": " << r.rel_diff
-         << ", \"fused_rel_err_f64_sampled\": " << r.fused_err64
-         << ", \"materializing_rel_err_f64_sampled\": " << r.mat_err64
-         << ", \"tile_q\": " << r.tile_q << ", \"tile_k\": " << r.tile_k
-         << ", \"threads\": " << r.threads << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+      cases.push_back({
+          {"batch", s.batch},
+          {"heads", s.heads},
+          {"len_q", s.len_q},
+          {"len_k", s.len_k},
+          {"head_dim", s.dim},
+          {"dtype", "f32"},
+          {"flops", finite_or_null(flops(s))},
+          {"fused_ms", finite_or_null(r.fused_s * 1e3)},
+          {"fused_gflops", finite_or_null(r.fused_gflops)},
+          {"fused_share_of_sgemm", finite_or_null(r.fused_share)},
+          {"materializing_ms", finite_or_null(r.mat_s * 1e3)},
+          {"materializing_gflops", finite_or_null(r.mat_gflops)},
+          {"fused_transient_bytes", finite_or_null(r.fused_bytes)},
+          {"materializing_transient_bytes", finite_or_null(r.mat_bytes)},
+          {"memory_ratio", finite_or_null(r.fused_bytes / r.mat_bytes)},
+          {"fused_peak_rss_growth_bytes", finite_or_null(r.fused_rss)},
+          {"materializing_peak_rss_growth_bytes", finite_or_null(r.mat_rss)},
+          {"max_abs_diff", finite_or_null(r.max_diff)},
+          {"rel_diff", finite_or_null(r.rel_diff)},
+          {"fused_rel_err_f64_sampled", finite_or_null(r.fused_err64)},
+          {"materializing_rel_err_f64_sampled", finite_or_null(r.mat_err64)},
+          {"tile_q", r.tile_q},
+          {"tile_k", r.tile_k},
+          {"threads", r.threads},
+      });
     }
-    js << "  ],\n  \"command\": \"" << command << "\"\n}\n";
+    js["command"] = command;
+    fsdpa::tool::write_json_file(json_path, js);
   }
   return 0;
 }

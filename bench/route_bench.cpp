@@ -37,6 +37,7 @@
 // the host. Any failure: exit code 1. Bad flags: usage, exit code 2.
 #include <cuda_runtime.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -64,6 +65,7 @@
 #include "cuda/decode/decode_config.h"
 #include "cuda/prefill/prefill.h"
 #include "fsdpa/fsdpa.h"
+#include "json_file.h"
 #include "select/table.h"
 
 namespace {
@@ -168,30 +170,6 @@ std::string fmt_num(const char* fmt, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, fmt, value);
   return buf;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-// A finite number for JSON (NaN and infinities are no JSON numbers).
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  std::ostringstream s;
-  s.precision(6);
-  s << x;
-  return s.str();
 }
 
 // The plan of the named selection-table row for the problem, its configure()
@@ -597,58 +575,69 @@ std::string markdown(const Report& rep, const std::vector<Row>& rows) {
   return md.str();
 }
 
-std::string json(const Report& rep, const std::vector<Row>& rows, int failures) {
-  std::ostringstream js;
-  js << "{\n  \"tool\": \"route_bench\",\n  \"command\": " << json_string(rep.command)
-     << ",\n  \"device\": " << json_string(rep.device)
-     << ",\n  \"multiprocessors\": " << rep.multiprocessors << ",\n  \"l2_bytes\": " << rep.l2_bytes
-     << ",\n  \"quick\": " << (rep.quick ? "true" : "false") << ",\n  \"dtype\": \"bf16\""
-     << ",\n  \"layout\": \"BHSD\",\n  \"causal_align\": \"bottom-right\""
-     << ",\n  \"decode_max_len_q\": " << fc::kDecodeMaxLenQ << ",\n  \"tolerance\": " << kTolerance
-     << ",\n  \"runs\": " << kRuns << ",\n  \"min_run_ms\": " << kMinRunMs
-     << ",\n  \"failures\": " << failures << ",\n  \"rows\": [\n";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
+fsdpa::tool::Json json(const Report& rep, const std::vector<Row>& rows, int failures) {
+  using fsdpa::tool::finite_or_null;
+  fsdpa::tool::Json js;
+  js["tool"] = "route_bench";
+  js["command"] = rep.command;
+  js["device"] = rep.device;
+  js["multiprocessors"] = rep.multiprocessors;
+  js["l2_bytes"] = rep.l2_bytes;
+  js["quick"] = rep.quick;
+  js["dtype"] = "bf16";
+  js["layout"] = "BHSD";
+  js["causal_align"] = "bottom-right";
+  js["decode_max_len_q"] = fc::kDecodeMaxLenQ;
+  js["tolerance"] = kTolerance;
+  js["runs"] = kRuns;
+  js["min_run_ms"] = kMinRunMs;
+  js["failures"] = failures;
+  fsdpa::tool::Json& out_rows = js["rows"] = fsdpa::tool::Json::array();
+  for (const Row& r : rows) {
     const Shape& s = *r.shape;
-    js << "    {\"shape\": " << json_string(s.label) << ", \"batch\": " << s.batch
-       << ", \"heads_q\": " << s.heads_q << ", \"heads_kv\": " << s.heads_kv
-       << ", \"len_q\": " << r.len_q << ", \"len_k\": " << s.len_k
-       << ", \"head_dim_qk\": " << s.head_dim_qk << ", \"head_dim_v\": " << s.head_dim_v
-       << ", \"causal\": " << (r.causal ? "true" : "false");
+    fsdpa::tool::Json o;
+    o["shape"] = s.label;
+    o["batch"] = s.batch;
+    o["heads_q"] = s.heads_q;
+    o["heads_kv"] = s.heads_kv;
+    o["len_q"] = r.len_q;
+    o["len_k"] = s.len_k;
+    o["head_dim_qk"] = s.head_dim_qk;
+    o["head_dim_v"] = s.head_dim_v;
+    o["causal"] = r.causal;
     if (!r.measured()) {
-      js << ", \"skipped\": " << json_string(r.skipped) << ", \"error\": " << json_string(r.error);
+      o["skipped"] = r.skipped;
+      o["error"] = r.error;
     } else {
-      js << ", \"decode_us\": " << json_number(r.decode_us)
-         << ", \"prefill_us\": " << json_number(r.prefill_us)
-         << ", \"decode_host_us\": " << json_number(r.decode_host_us)
-         << ", \"prefill_host_us\": " << json_number(r.prefill_host_us)
-         << ", \"host_bound\": " << (r.host_bound() ? "true" : "false") << ", \"faster\": \""
-         << r.faster() << "\", \"prefill_over_decode\": " << json_number(r.prefill_us / r.decode_us)
-         << ", \"decode_calls_per_run\": " << r.decode_calls
-         << ", \"prefill_calls_per_run\": " << r.prefill_calls
-         << ", \"prefill_kernel\": " << json_string(r.prefill_kernel)
-         << ", \"decode_splits\": " << r.decode_splits
-         << ", \"decode_workspace_bytes\": " << r.decode_workspace << ", \"sets\": " << r.sets
-         << ", \"max_abs_diff\": " << json_number(r.max_diff) << ", \"nan_count\": " << r.nan_count
-         << ", \"ref_err_decode\": " << json_number(r.ref_decode)
-         << ", \"ref_err_prefill\": " << json_number(r.ref_prefill)
-         << ", \"agree\": " << (r.agree() ? "true" : "false");
+      o["decode_us"] = finite_or_null(r.decode_us);
+      o["prefill_us"] = finite_or_null(r.prefill_us);
+      o["decode_host_us"] = finite_or_null(r.decode_host_us);
+      o["prefill_host_us"] = finite_or_null(r.prefill_host_us);
+      o["host_bound"] = r.host_bound();
+      o["faster"] = r.faster();
+      o["prefill_over_decode"] = finite_or_null(r.prefill_us / r.decode_us);
+      o["decode_calls_per_run"] = r.decode_calls;
+      o["prefill_calls_per_run"] = r.prefill_calls;
+      o["prefill_kernel"] = r.prefill_kernel;
+      o["decode_splits"] = r.decode_splits;
+      o["decode_workspace_bytes"] = r.decode_workspace;
+      o["sets"] = r.sets;
+      o["max_abs_diff"] = finite_or_null(r.max_diff);
+      o["nan_count"] = r.nan_count;
+      o["ref_err_decode"] = finite_or_null(r.ref_decode);
+      o["ref_err_prefill"] = finite_or_null(r.ref_prefill);
+      o["agree"] = r.agree();
     }
-    js << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+    out_rows.push_back(std::move(o));
   }
-  js << "  ],\n  \"crossovers\": [\n";
-  const std::vector<Crossover> cross = crossovers(rows);
-  for (size_t i = 0; i < cross.size(); ++i) {
-    const Crossover& c = cross[i];
-    js << "    {\"shape\": " << json_string(c.shape->label)
-       << ", \"causal\": " << (c.causal ? "true" : "false")
-       << ", \"largest_len_q_decode_faster\": " << c.largest_decode_faster
-       << ", \"smallest_len_q_prefill_faster\": " << c.smallest_prefill_faster
-       << ", \"decode_faster_through_len_q\": " << c.decode_faster_through << "}"
-       << (i + 1 < cross.size() ? "," : "") << "\n";
-  }
-  js << "  ]\n}\n";
-  return js.str();
+  fsdpa::tool::Json& out_cross = js["crossovers"] = fsdpa::tool::Json::array();
+  for (const Crossover& c : crossovers(rows))
+    out_cross.push_back({{"shape", c.shape->label},
+                         {"causal", c.causal},
+                         {"largest_len_q_decode_faster", c.largest_decode_faster},
+                         {"smallest_len_q_prefill_faster", c.smallest_prefill_faster},
+                         {"decode_faster_through_len_q", c.decode_faster_through}});
+  return js;
 }
 
 void write_file(const std::string& path, const std::string& text) {
@@ -658,9 +647,13 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) std::fprintf(stderr, "route_bench: cannot write %s\n", path.c_str());
 }
 
-int usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--json FILE] [--markdown FILE] [--quick]\n", argv0);
-  return 2;
+void write_json(const std::string& path, const fsdpa::tool::Json& document) {
+  if (path.empty()) return;
+  try {
+    fsdpa::tool::write_json_file(path, document);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "route_bench: %s\n", e.what());
+  }
 }
 
 }  // namespace
@@ -669,17 +662,20 @@ int main(int argc, char** argv) {
   Report rep;
   std::string json_path, markdown_path;
   for (int i = 0; i < argc; ++i) rep.command += (i ? " " : "") + std::string(argv[i]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json" && i + 1 < argc) {
-      json_path = argv[++i];
-    } else if (arg == "--markdown" && i + 1 < argc) {
-      markdown_path = argv[++i];
-    } else if (arg == "--quick") {
-      rep.quick = true;
-    } else {
-      return usage(argv[0]);
-    }
+  CLI::App app(
+      "Times the CUDA decode and prefill families on the same tensors over query "
+      "lengths (the decode limit kDecodeMaxLenQ)",
+      "route_bench");
+  app.add_option("--json", json_path, "write the results as JSON to FILE");
+  app.add_option("--markdown", markdown_path, "write the results as markdown to FILE");
+  app.add_flag("--quick", rep.quick, "fewer lengths and shapes");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (const std::string& path : {json_path, markdown_path})
+      if (!path.empty()) fsdpa::tool::check_writable(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "route_bench: %s\n", e.what());
+    return 2;
   }
 
   std::vector<Row> rows;
@@ -745,7 +741,7 @@ int main(int argc, char** argv) {
         }
       }
       // After each shape, so a run cut short still leaves its results.
-      write_file(json_path, json(rep, rows, failures));
+      write_json(json_path, json(rep, rows, failures));
       write_file(markdown_path, markdown(rep, rows));
     }
     cudaStreamDestroy(stream);
@@ -754,7 +750,7 @@ int main(int argc, char** argv) {
     ++failures;
   }
 
-  write_file(json_path, json(rep, rows, failures));
+  write_json(json_path, json(rep, rows, failures));
   write_file(markdown_path, markdown(rep, rows));
   for (const Crossover& c : crossovers(rows))
     std::printf(

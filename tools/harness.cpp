@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "args.h"
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "cpu/cpu.h"
+#include "usage_error.h"
 
 #if FSDPA_WITH_CUDA
 #include <cuda_runtime.h>

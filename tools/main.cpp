@@ -7,123 +7,131 @@
 //
 // Exit status: 0 success, 1 failure (unsupported, error, NaN, error above
 // tolerance), 2 bad command line.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "args.h"
 #include "fsdpa/fsdpa.h"
 #include "harness.h"
 #include "presets.h"
 #include "report.h"
+#include "usage_error.h"
 
 namespace fsdpa::tool {
 namespace {
 
-constexpr const char* kUsage =
-    R"(usage: fsdpa [--device auto|cpu|cuda] [--dtype bf16|f16|f32] [--len N]
-             [--decode-len N] [--batch N] [--presets a,b,...] [--pad-rows]
-             [--json FILE] [--seed N]
-       fsdpa plan SHAPE [--device auto|cpu|cuda] [--arch sm_NN]
-       fsdpa plan --matrix
-       fsdpa run SHAPE [--device auto|cpu|cuda] [--repeat N] [--check] [--compare]
-                 [--seed N] [--json FILE]
-       fsdpa bench SHAPE --lens N,N,... [--presets a,b,...] [--device auto|cpu|cuda]
-                 [--repeat N] [--seed N] [--json FILE]
-       fsdpa --help | --version
+constexpr const char* kDescription =
+    R"(fsdpa: fused scaled-dot-product attention for every head dimension.
 
 With no subcommand, fsdpa runs every preset below, prefill (Lq = Lk = --len)
 and decode (Lq = 1, Lk = --decode-len), on the best device, and prints one row
 per case: path, kernel, head-dim bucket and pad ratio, time, TFLOP/s or GB/s,
 max error against the float64 reference on a sample, workspace, and speed-up
 over the unfused path. Defaults: CPU --len 512 --decode-len 4096, CUDA --len
-4096 --decode-len 32768; --batch 1, --dtype bf16, all presets.
+4096 --decode-len 32768; --batch 1, --dtype bf16, all presets. 'fsdpa
+SUBCOMMAND --help' lists a subcommand's flags.)";
 
-  plan     prints Plan::explain() for SHAPE; nothing is allocated.
-           --matrix prints the support matrix of the selection table.
-  run      allocates SHAPE with random inputs, runs it and prints the plan and
-           the median time; --check compares with the float64 reference,
-           --compare also times the unfused path.
-  bench    runs SHAPE at every length of --lens (Lk = N, and Lq = N unless
-           --lq is given), or every preset of --presets at those lengths.
-
-SHAPE (defaults in brackets; --preset fills heads, head dims and features):
-  --preset NAME                  one of the presets below
-  --batch N [1]   --hq N [8]     --hkv N [= hq]   --lq N [1024]   --lk N [= lq]
-  --dqk N [128]   --dv N [= dqk]
-  --dtype bf16|f16|f32 [bf16]
-  --causal [bottom-right|top-left|none]   causal masking [none; bare flag: bottom-right]
-  --window N|none                sliding window: keys j >= i + (Lk - Lq) - N stay visible
-  --mask none|additive|boolean   a [1, 1, Lq, Lk] array mask with random contents [none]
-  --sinks                        per-head attention-sink logits
-  --lse                          also write the log-sum-exp
-  --mla                          v is a view of the first Dv columns of k (Dv <= Dqk)
-  --pad-rows                     rows of q, k, v, out start every 16 bytes (D rounded
-                                 up, as fused GPU kernels need) [contiguous rows]
-  --scale X                      softmax scale [1/sqrt(Dqk)]
-  --softcap C                    logit soft cap: s = C * tanh(s / C) before masks [none;
-                                 a preset's own cap, e.g. gemma2-9b's 50]
-  --tf32                         allow TF32 tensor cores for f32 on the GPU
-  --policy auto|fused|unfused    [FSDPA_POLICY, else auto]
-  --device auto|cpu|cuda         auto: CUDA when built, present and working, else CPU
-
-Presets (MODELS.md):
-)";
-
-constexpr const char* kUsageTail = R"(
+constexpr const char* kTail = R"(
 Inputs are random (uniform, mean 0, variance 1) and fresh each run unless
 --seed is given; outputs are poisoned with NaN before the first run and checked.
 Exit status: 0 success; 1 unsupported shape, library error, NaN left in the
-output or error above tolerance; 2 bad command line.
-)";
+output or error above tolerance; 2 bad command line.)";
 
-// The synopsis alone (the lines before the first blank line), for errors.
-std::string short_usage() {
-  const std::string text = kUsage;
-  return text.substr(0, text.find("\n\n") + 1) + "Run 'fsdpa --help' for the flags and presets.\n";
+// The presets (docs/design.md's model shapes), for the help footers.
+std::string presets_text() {
+  std::string text = "\nPresets (--preset, --presets):\n";
+  for (const Preset& p : presets())
+    text += fmt::format("  {:<20} {:<40} Hq={} Hkv={} D={}/{}\n", p.name, p.model, p.heads_q,
+                        p.heads_kv, p.head_dim_qk, p.head_dim_v);
+  return text + kTail;
 }
 
-std::string usage() {
-  std::string text = kUsage;
-  for (const Preset& p : presets()) {
-    char line[160];
-    std::snprintf(line, sizeof line, "  %-20s %-40s Hq=%lld Hkv=%lld D=%lld/%lld\n", p.name,
-                  p.model, static_cast<long long>(p.heads_q), static_cast<long long>(p.heads_kv),
-                  static_cast<long long>(p.head_dim_qk), static_cast<long long>(p.head_dim_v));
-    text += line;
-  }
-  return text + kUsageTail;
-}
+constexpr const char* kHelpHint =
+    "Run 'fsdpa --help' or 'fsdpa SUBCOMMAND --help' for the flags.\n";
 
 // ------------------------------------------------------------ flags
 
-constexpr FlagSpec kShapeFlags[] = {
-    {"--preset", Arity::Value},    {"--batch", Arity::Value},
-    {"--hq", Arity::Value},        {"--hkv", Arity::Value},
-    {"--lq", Arity::Value},        {"--lk", Arity::Value},
-    {"--dqk", Arity::Value},       {"--dv", Arity::Value},
-    {"--dtype", Arity::Value},     {"--causal", Arity::OptionalValue},
-    {"--window", Arity::Value},    {"--mask", Arity::Value},
-    {"--sinks", Arity::Switch},    {"--lse", Arity::Switch},
-    {"--mla", Arity::Switch},      {"--scale", Arity::Value},
-    {"--tf32", Arity::Switch},     {"--policy", Arity::Value},
-    {"--softcap", Arity::Value},   {"--device", Arity::Value},
-    {"--pad-rows", Arity::Switch},
-};
+const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
+const std::vector<std::string> kDTypes = {"bf16", "f16", "f32"};
 
-std::vector<FlagSpec> with_shape_flags(std::initializer_list<FlagSpec> extra) {
-  std::vector<FlagSpec> flags(std::begin(kShapeFlags), std::end(kShapeFlags));
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  return flags;
+// Integers from `min`; CLI11 names the flag, the value and the range.
+CLI::Range at_least(int64_t min) { return CLI::Range(min, std::numeric_limits<int64_t>::max()); }
+
+CLI::Validator preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : presets()) names.emplace_back(p.name);
+  return CLI::IsMember(names);
 }
 
-constexpr std::string_view kDevices[] = {"auto", "cpu", "cuda"};
-constexpr std::string_view kDTypes[] = {"bf16", "f16", "f32"};
+// The SHAPE flags of plan, run and bench. A value is used only when its flag
+// was given (given()), so presets and defaults fill the rest.
+struct ShapeFlags {
+  std::string preset, dtype = "bf16", causal, window, mask = "none", policy, device = "auto";
+  int64_t batch = 1, hq = 0, hkv = 0, lq = 1024, lk = 0, dqk = 0, dv = 0;
+  double scale = 0.0, softcap = 0.0;
+  bool sinks = false, lse = false, mla = false, pad_rows = false, tf32 = false;
+  CLI::App* app = nullptr;
+
+  bool given(const std::string& flag) const { return app->count(flag) > 0; }
+};
+
+void add_shape_flags(CLI::App& app, ShapeFlags& f) {
+  f.app = &app;
+  app.add_option("--preset", f.preset, "one of the presets below: heads, head dims, features")
+      ->check(preset_names());
+  app.add_option("--batch", f.batch, "batch [1]")->check(at_least(0));
+  app.add_option("--hq", f.hq, "query heads [8, or the preset's]")->check(at_least(1));
+  app.add_option("--hkv", f.hkv, "key/value heads [= hq, or the preset's]")->check(at_least(1));
+  app.add_option("--lq", f.lq, "queries [1024]")->check(at_least(0));
+  app.add_option("--lk", f.lk, "keys [= lq]")->check(at_least(0));
+  app.add_option("--dqk", f.dqk, "q/k head dim [128, or the preset's]")->check(at_least(1));
+  app.add_option("--dv", f.dv, "v head dim [= dqk, or the preset's]")->check(at_least(1));
+  app.add_option("--dtype", f.dtype, "[bf16]")->check(CLI::IsMember(kDTypes));
+  app.add_option("--causal", f.causal, "causal masking [none; the bare flag: bottom-right]")
+      ->expected(0, 1)
+      ->check(CLI::IsMember({"bottom-right", "top-left", "none"}));
+  app.add_option("--window", f.window,
+                 "N|none: sliding window, keys j >= i + (Lk - Lq) - N stay visible")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "none") return "";
+            int64_t n = 0;
+            const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+            if (error != std::errc() || end != value.data() + value.size() || n < 0)
+              return "expected an integer >= 0 or 'none', got '" + value + "'";
+            return "";
+          },
+          "N|none"));
+  app.add_option("--mask", f.mask, "a [1, 1, Lq, Lk] mask with random contents [none]")
+      ->check(CLI::IsMember({"none", "additive", "boolean"}));
+  app.add_flag("--sinks", f.sinks, "per-head attention-sink logits")->disable_flag_override();
+  app.add_flag("--lse", f.lse, "also write the log-sum-exp")->disable_flag_override();
+  app.add_flag("--mla", f.mla, "v is a view of the first Dv columns of k (Dv <= Dqk)")
+      ->disable_flag_override();
+  app.add_flag("--pad-rows", f.pad_rows,
+               "rows of q, k, v, out start every 16 bytes (D rounded up) [contiguous rows]")
+      ->disable_flag_override();
+  app.add_option("--scale", f.scale, "softmax scale [1/sqrt(Dqk)]")->check(CLI::Number);
+  app.add_option("--softcap", f.softcap,
+                 "logit soft cap: s = C * tanh(s / C) before masks [none; a preset's own]")
+      ->check(CLI::Number);
+  app.add_flag("--tf32", f.tf32, "allow TF32 tensor cores for f32 on the GPU")
+      ->disable_flag_override();
+  app.add_option("--policy", f.policy, "[FSDPA_POLICY, else auto]")
+      ->check(CLI::IsMember({"auto", "fused", "unfused"}));
+  app.add_option("--device", f.device, "auto: CUDA when built, present and working, else CPU")
+      ->check(CLI::IsMember(kDevices));
+}
 
 DType parse_dtype(const std::string& s) {
   if (s == "f16") return DType::F16;
@@ -131,17 +139,9 @@ DType parse_dtype(const std::string& s) {
   return DType::BF16;
 }
 
-const Preset& preset_or_usage_error(const std::string& name) {
-  if (const Preset* p = find_preset(name)) return *p;
-  std::string known;
-  for (const Preset& p : presets()) known += (known.empty() ? "" : ", ") + std::string(p.name);
-  throw UsageError("unknown preset '" + name + "' (known: " + known + ")");
-}
-
-std::vector<const Preset*> presets_from(const Args& args) {
+std::vector<const Preset*> presets_from(const std::vector<std::string>& names) {
   std::vector<const Preset*> chosen;
-  for (const std::string& name : args.list("--presets"))
-    chosen.push_back(&preset_or_usage_error(name));
+  for (const std::string& name : names) chosen.push_back(find_preset(name));
   return chosen;
 }
 
@@ -162,60 +162,52 @@ CaseSpec case_from_preset(const Preset& p) {
 }
 
 // SHAPE flags on top of a preset (--preset or `preset`) or the defaults.
-CaseSpec shape_from_args(const Args& a, const Preset* preset = nullptr) {
-  if (!preset && a.value("--preset")) preset = &preset_or_usage_error(*a.value("--preset"));
+CaseSpec shape_from_flags(const ShapeFlags& f, const Preset* preset = nullptr) {
+  if (!preset && f.given("--preset")) preset = find_preset(f.preset);
   CaseSpec c = preset ? case_from_preset(*preset) : CaseSpec{};
   c.kind = "shape";
-  c.batch = a.integer("--batch", 1, 0);
-  c.heads_q = a.integer("--hq", c.heads_q, 1);
-  c.heads_kv = a.integer("--hkv", preset ? c.heads_kv : c.heads_q, 1);
-  c.len_q = a.integer("--lq", 1024, 0);
-  c.len_k = a.integer("--lk", c.len_q, 0);
-  c.head_dim_qk = a.integer("--dqk", c.head_dim_qk, 1);
-  c.head_dim_v = a.integer("--dv", preset ? c.head_dim_v : c.head_dim_qk, 1);
-  c.dtype = parse_dtype(a.choice("--dtype", "bf16", kDTypes));
-  if (a.has("--causal")) {
-    constexpr std::string_view kAligns[] = {"bottom-right", "top-left", "none"};
-    const std::string align = a.choice("--causal", "bottom-right", kAligns);
+  c.batch = f.batch;
+  if (f.given("--hq")) c.heads_q = f.hq;
+  c.heads_kv = f.given("--hkv") ? f.hkv : preset ? c.heads_kv : c.heads_q;
+  c.len_q = f.lq;
+  c.len_k = f.given("--lk") ? f.lk : c.len_q;
+  if (f.given("--dqk")) c.head_dim_qk = f.dqk;
+  c.head_dim_v = f.given("--dv") ? f.dv : preset ? c.head_dim_v : c.head_dim_qk;
+  c.dtype = parse_dtype(f.dtype);
+  if (f.given("--causal")) {
+    const std::string align = f.causal.empty() ? "bottom-right" : f.causal;
     c.options.causal = align != "none";
     c.options.causal_align = align == "top-left" ? CausalAlign::TopLeft : CausalAlign::BottomRight;
   }
-  if (std::optional<std::string> w = a.value("--window")) {
-    if (*w == "none")
+  if (f.given("--window")) {
+    if (f.window == "none")
       c.options.window_left.reset();
     else
-      c.options.window_left = parse_integer("--window", *w, 0);
+      c.options.window_left = std::stoll(f.window);
   }
-  constexpr std::string_view kMasks[] = {"none", "additive", "boolean"};
-  const std::string mask = a.choice("--mask", "none", kMasks);
-  c.mask = mask == "additive"  ? MaskKind::Additive
-           : mask == "boolean" ? MaskKind::Boolean
-                               : MaskKind::None;
-  c.sinks = c.sinks || a.has("--sinks");
-  c.lse = a.has("--lse");
-  c.pad_rows = a.has("--pad-rows");
-  c.v_aliases_k = c.v_aliases_k || a.has("--mla");
+  c.mask = f.mask == "additive"  ? MaskKind::Additive
+           : f.mask == "boolean" ? MaskKind::Boolean
+                                 : MaskKind::None;
+  c.sinks = c.sinks || f.sinks;
+  c.lse = f.lse;
+  c.pad_rows = f.pad_rows;
+  c.v_aliases_k = c.v_aliases_k || f.mla;
   if (c.v_aliases_k && c.head_dim_v > c.head_dim_qk)
-    throw UsageError("--mla needs Dv <= Dqk (v is a view of k), got Dqk=" +
-                     std::to_string(c.head_dim_qk) + " Dv=" + std::to_string(c.head_dim_v));
-  c.options.scale = a.optional_real("--scale");
-  c.options.allow_tf32 = a.has("--tf32");
-  if (std::optional<double> cap = a.optional_real("--softcap")) c.options.softcap = *cap;
-  constexpr std::string_view kPolicies[] = {"auto", "fused", "unfused"};
-  if (a.has("--policy")) {
-    const std::string policy = a.choice("--policy", "auto", kPolicies);
-    c.options.policy = policy == "fused"     ? Policy::ForceFused
-                       : policy == "unfused" ? Policy::Unfused
-                                             : Policy::Auto;
-  }
+    throw UsageError(fmt::format("--mla needs Dv <= Dqk (v is a view of k), got Dqk={} Dv={}",
+                                 c.head_dim_qk, c.head_dim_v));
+  if (f.given("--scale")) c.options.scale = f.scale;
+  c.options.allow_tf32 = f.tf32;
+  if (f.given("--softcap")) c.options.softcap = f.softcap;
+  if (f.given("--policy"))
+    c.options.policy = f.policy == "fused"     ? Policy::ForceFused
+                       : f.policy == "unfused" ? Policy::Unfused
+                                               : Policy::Auto;
   return c;
 }
 
-std::string device_flag(const Args& a) { return a.choice("--device", "auto", kDevices); }
-
-uint64_t seed_from(const Args& a) {
-  if (std::optional<std::string> text = a.value("--seed"))
-    return static_cast<uint64_t>(parse_integer("--seed", *text, 0));
+// --seed: given, or fresh from the clock and the random device.
+uint64_t seed_from(const CLI::App& app, int64_t given) {
+  if (app.count("--seed") > 0) return static_cast<uint64_t>(given);
   std::random_device device;
   const auto now =
       static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -224,14 +216,6 @@ uint64_t seed_from(const Args& a) {
 
 uint64_t case_seed(uint64_t seed, size_t index) {
   return seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(index) + 1));
-}
-
-std::string seed_text(uint64_t seed) { return std::to_string(seed); }
-
-std::string command_line(int argc, char** argv) {
-  std::string s = "fsdpa";
-  for (int i = 1; i < argc; ++i) s += std::string(" ") + argv[i];
-  return s;
 }
 
 // Runs the cases with progress on stderr and the table on stdout; returns
@@ -274,38 +258,53 @@ int run_table(const std::vector<CaseSpec>& specs, const Settings& base, uint64_t
 
 // ------------------------------------------------------------ subcommands
 
-int cmd_default(const std::vector<std::string>& tokens, const std::string& command) {
-  static constexpr FlagSpec kFlags[] = {
-      {"--device", Arity::Value},     {"--dtype", Arity::Value}, {"--len", Arity::Value},
-      {"--decode-len", Arity::Value}, {"--batch", Arity::Value}, {"--presets", Arity::Value},
-      {"--json", Arity::Value},       {"--seed", Arity::Value},  {"--pad-rows", Arity::Switch},
-  };
-  const Args a(tokens, kFlags);
-  const std::string requested = device_flag(a);
-  const DType dtype = parse_dtype(a.choice("--dtype", "bf16", kDTypes));
-  const int64_t batch = a.integer("--batch", 1, 1);
-  std::optional<int64_t> len = a.optional_integer("--len", 1);
-  std::optional<int64_t> decode_len = a.optional_integer("--decode-len", 1);
-  std::vector<const Preset*> chosen = presets_from(a);
+struct DefaultFlags {
+  std::string device = "auto", dtype = "bf16", json;
+  int64_t len = 0, decode_len = 0, batch = 1, seed = 0;
+  std::vector<std::string> presets;
+  bool pad_rows = false;
+};
+
+void add_default_flags(CLI::App& app, DefaultFlags& f) {
+  app.add_option("--device", f.device, "auto: CUDA when built, present and working, else CPU")
+      ->check(CLI::IsMember(kDevices));
+  app.add_option("--dtype", f.dtype, "[bf16]")->check(CLI::IsMember(kDTypes));
+  app.add_option("--len", f.len, "prefill Lq = Lk [CPU 512, CUDA 4096]")->check(at_least(1));
+  app.add_option("--decode-len", f.decode_len, "decode Lk [CPU 4096, CUDA 32768]")
+      ->check(at_least(1));
+  app.add_option("--batch", f.batch, "[1]")->check(at_least(1));
+  app.add_option("--presets", f.presets, "a,b,...: these presets only [all]")
+      ->delimiter(',')
+      ->check(preset_names());
+  app.add_option("--json", f.json, "also write the results as JSON to FILE");
+  app.add_option("--seed", f.seed, "inputs from this seed [fresh]")->check(at_least(0));
+  app.add_flag("--pad-rows", f.pad_rows, "rows padded to 16 bytes [contiguous]")
+      ->disable_flag_override();
+}
+
+int cmd_default(const CLI::App& app, const DefaultFlags& f, const std::string& command) {
+  const DType dtype = parse_dtype(f.dtype);
+  std::vector<const Preset*> chosen = presets_from(f.presets);
   if (chosen.empty())
     for (const Preset& p : presets()) chosen.push_back(&p);
-  const uint64_t seed = seed_from(a);
+  const uint64_t seed = seed_from(app, f.seed);
+  if (!f.json.empty()) check_writable(f.json);
 
-  const DeviceChoice device = choose_device(requested, true);
+  const DeviceChoice device = choose_device(f.device, true);
   const bool cuda = device.device.type == DeviceType::CUDA;
-  const int64_t prefill_len = len.value_or(cuda ? 4096 : 512);
-  const int64_t kv_len = decode_len.value_or(cuda ? 32768 : 4096);
+  const int64_t prefill_len = app.count("--len") ? f.len : cuda ? 4096 : 512;
+  const int64_t kv_len = app.count("--decode-len") ? f.decode_len : cuda ? 32768 : 4096;
   const Settings settings = default_settings(device.device.type);
 
   std::vector<CaseSpec> specs;
   for (const Preset* p : chosen) {
     CaseSpec prefill = case_from_preset(*p);
     prefill.kind = "prefill";
-    prefill.batch = batch;
+    prefill.batch = f.batch;
     prefill.len_q = prefill.len_k = prefill_len;
     prefill.dtype = dtype;
     prefill.device = device.device;
-    prefill.pad_rows = a.has("--pad-rows");
+    prefill.pad_rows = f.pad_rows;
     CaseSpec decode = prefill;
     decode.kind = "decode";
     decode.len_q = 1;
@@ -314,30 +313,37 @@ int cmd_default(const std::vector<std::string>& tokens, const std::string& comma
     specs.push_back(decode);
   }
 
-  std::cout << "fsdpa " << version() << ": the presets of MODELS.md, prefill and decode\n"
-            << "device   " << device.name << " -- " << device.reason << "\n"
-            << "cases    " << to_string(dtype) << "; prefill B=" << batch
-            << " Lq=Lk=" << prefill_len << "; decode B=" << batch << " Lq=1 Lk=" << kv_len
-            << "; rows " << (a.has("--pad-rows") ? "padded to 16 bytes" : "contiguous") << "; seed "
-            << seed_text(seed) << "\n"
-            << "timing   median of >= " << settings.min_runs << " runs after " << settings.warmup
-            << " warm-up" << (settings.warmup == 1 ? "" : "s")
-            << (cuda ? ", CUDA events, L2 flushed before each run" : ", steady_clock") << "\n\n";
+  std::cout << fmt::format(
+      "fsdpa {}: the model presets, prefill and decode\n"
+      "device   {} -- {}\n"
+      "cases    {}; prefill B={} Lq=Lk={}; decode B={} Lq=1 Lk={}; rows {}; seed {}\n"
+      "timing   median of >= {} runs after {} warm-up{}{}\n\n",
+      version(), device.name, device.reason, to_string(dtype), f.batch, prefill_len, f.batch,
+      kv_len, f.pad_rows ? "padded to 16 bytes" : "contiguous", seed, settings.min_runs,
+      settings.warmup, settings.warmup == 1 ? "" : "s",
+      cuda ? ", CUDA events, L2 flushed before each run" : ", steady_clock");
   ReportHeader header{command, device.name, device.reason, seed};
-  return run_table(specs, settings, seed, header, a.value("--json"));
+  return run_table(specs, settings, seed, header,
+                   f.json.empty() ? std::nullopt : std::optional<std::string>(f.json));
 }
 
-int cmd_plan(const std::vector<std::string>& tokens) {
-  const std::vector<FlagSpec> flags =
-      with_shape_flags({{"--matrix", Arity::Switch}, {"--arch", Arity::Value}});
-  const Args a(tokens, flags);
-  if (a.has("--matrix")) {
-    if (tokens.size() > 1) throw UsageError("plan --matrix takes no other flag");
+struct PlanFlags {
+  ShapeFlags shape;
+  bool matrix = false;
+  std::string arch;
+};
+
+int cmd_plan(const CLI::App& app, const PlanFlags& f) {
+  if (f.matrix) {
+    for (const CLI::Option* option : app.get_options())
+      if (option->count() > 0 && option->get_name() != "--matrix")
+        throw UsageError("plan --matrix takes no other flag, got " + option->get_name());
     std::cout << support_matrix();
     return 0;
   }
-  CaseSpec c = shape_from_args(a);
-  const DeviceChoice device = planning_device(device_flag(a), a.value("--arch"));
+  CaseSpec c = shape_from_flags(f.shape);
+  const DeviceChoice device = planning_device(
+      f.shape.device, app.count("--arch") ? std::optional<std::string>(f.arch) : std::nullopt);
   c.device = device.device;
   const Problem problem = describe_case(c);
   std::cout << "target    " << device.name << "\n" << plan(problem, c.options).explain();
@@ -375,31 +381,30 @@ void print_result(const CaseSpec& c, const CaseResult& r, uint64_t seed) {
     else
       std::cout << r.unfused_status << "\n";
   }
-  std::cout << "seed      " << seed_text(seed) << "\n";
+  std::cout << "seed      " << seed << "\n";
 }
 
-int cmd_run(const std::vector<std::string>& tokens, const std::string& command) {
-  const std::vector<FlagSpec> flags = with_shape_flags({{"--repeat", Arity::Value},
-                                                        {"--check", Arity::Switch},
-                                                        {"--compare", Arity::Switch},
-                                                        {"--seed", Arity::Value},
-                                                        {"--json", Arity::Value}});
-  const Args a(tokens, flags);
-  CaseSpec c = shape_from_args(a);
-  const int64_t repeat = a.integer("--repeat", 0, 1);
-  const uint64_t seed = seed_from(a);
-  const DeviceChoice device = choose_device(device_flag(a), true);
+struct RunFlags {
+  ShapeFlags shape;
+  int64_t repeat = 0, seed = 0;
+  bool check = false, compare = false;
+  std::string json;
+};
+
+int cmd_run(const CLI::App& app, const RunFlags& f, const std::string& command) {
+  CaseSpec c = shape_from_flags(f.shape);
+  const uint64_t seed = seed_from(app, f.seed);
+  if (!f.json.empty()) check_writable(f.json);
+  const DeviceChoice device = choose_device(f.shape.device, true);
   c.device = device.device;
   Settings settings = default_settings(c.device.type);
-  settings.repeat = static_cast<int>(std::min<int64_t>(repeat, 1000000));
-  settings.check = a.has("--check");
-  settings.unfused = a.has("--compare");
+  settings.repeat = static_cast<int>(std::min<int64_t>(f.repeat, 1000000));
+  settings.check = f.check;
+  settings.unfused = f.compare;
   settings.seed = seed;
-  if (a.value("--json")) check_writable(*a.value("--json"));
   const CaseResult r = run_case(c, settings);
-  if (a.value("--json"))
-    write_json(*a.value("--json"), ReportHeader{command, device.name, device.reason, seed}, {c},
-               {r});
+  if (!f.json.empty())
+    write_json(f.json, ReportHeader{command, device.name, device.reason, seed}, {c}, {r});
   if (!r.plan || r.status == "error" || r.status == "unsupported") {
     std::cerr << r.message << "\n";
     return 1;
@@ -412,28 +417,30 @@ int cmd_run(const std::vector<std::string>& tokens, const std::string& command) 
   return 0;
 }
 
-int cmd_bench(const std::vector<std::string>& tokens, const std::string& command) {
-  const std::vector<FlagSpec> flags = with_shape_flags({{"--lens", Arity::Value},
-                                                        {"--presets", Arity::Value},
-                                                        {"--repeat", Arity::Value},
-                                                        {"--seed", Arity::Value},
-                                                        {"--json", Arity::Value}});
-  const Args a(tokens, flags);
-  std::vector<int64_t> lens = a.integer_list("--lens", 1);
-  const std::vector<const Preset*> chosen = presets_from(a);
-  if (!chosen.empty() && a.has("--preset"))
+struct BenchFlags {
+  ShapeFlags shape;
+  std::vector<int64_t> lens;
+  std::vector<std::string> presets;
+  int64_t repeat = 0, seed = 0;
+  std::string json;
+};
+
+int cmd_bench(const CLI::App& app, const BenchFlags& f, const std::string& command) {
+  std::vector<int64_t> lens = f.lens;
+  const std::vector<const Preset*> chosen = presets_from(f.presets);
+  if (!chosen.empty() && f.shape.given("--preset"))
     throw UsageError("give --preset or --presets, not both");
-  const int64_t repeat = a.integer("--repeat", 0, 1);
-  const uint64_t seed = seed_from(a);
-  const CaseSpec base = shape_from_args(a);  // validates the flags once
+  const uint64_t seed = seed_from(app, f.seed);
+  const CaseSpec base = shape_from_flags(f.shape);  // validates the flags once
   if (lens.empty()) lens.push_back(base.len_k);
-  const DeviceChoice device = choose_device(device_flag(a), true);
+  if (!f.json.empty()) check_writable(f.json);
+  const DeviceChoice device = choose_device(f.shape.device, true);
 
   std::vector<CaseSpec> specs;
   auto add = [&](CaseSpec c) {
     for (int64_t len : lens) {
       c.len_k = len;
-      c.len_q = a.has("--lq") ? base.len_q : len;
+      c.len_q = f.shape.given("--lq") ? base.len_q : len;
       c.kind = c.len_q == 1 ? "decode" : c.len_q == c.len_k ? "prefill" : "shape";
       c.device = device.device;
       specs.push_back(c);
@@ -442,41 +449,104 @@ int cmd_bench(const std::vector<std::string>& tokens, const std::string& command
   if (chosen.empty())
     add(base);
   else
-    for (const Preset* p : chosen) add(shape_from_args(a, p));
+    for (const Preset* p : chosen) add(shape_from_flags(f.shape, p));
 
   Settings settings = default_settings(device.device.type);
-  settings.repeat = static_cast<int>(std::min<int64_t>(repeat, 1000000));
-  std::cout << "fsdpa " << version() << " bench\n"
-            << "device   " << device.name << " -- " << device.reason << "\n"
-            << "seed     " << seed_text(seed) << "\n\n";
+  settings.repeat = static_cast<int>(std::min<int64_t>(f.repeat, 1000000));
+  std::cout << fmt::format("fsdpa {} bench\ndevice   {} -- {}\nseed     {}\n\n", version(),
+                           device.name, device.reason, seed);
   return run_table(specs, settings, seed, ReportHeader{command, device.name, device.reason, seed},
-                   a.value("--json"));
+                   f.json.empty() ? std::nullopt : std::optional<std::string>(f.json));
 }
 
+std::string command_line(int argc, char** argv) {
+  std::string s = "fsdpa";
+  for (int i = 1; i < argc; ++i) s += std::string(" ") + argv[i];
+  return s;
+}
+
+// The command line through CLI11: the default run's flags on the app, one
+// subcommand each for plan, run and bench with the SHAPE flags. Help and
+// --version print and return 0; a bad command line is a UsageError.
 int dispatch(int argc, char** argv) {
-  std::vector<std::string> tokens(argv + 1, argv + argc);
-  for (const std::string& t : tokens)
-    if (t == "--help" || t == "-h") {
-      std::cout << usage();
-      return 0;
-    }
-  if (!tokens.empty() && tokens[0] == "help") {
-    std::cout << usage();
+  CLI::App app(kDescription, "fsdpa");
+  app.footer(presets_text());
+  app.set_version_flag("--version", std::string("fsdpa ") + version());
+  app.require_subcommand(0, 1);
+  DefaultFlags defaults;
+  add_default_flags(app, defaults);
+
+  PlanFlags plan_flags;
+  CLI::App* plan_app = app.add_subcommand(
+      "plan", "prints Plan::explain() for SHAPE (nothing is allocated), or the support matrix");
+  add_shape_flags(*plan_app, plan_flags.shape);
+  plan_app->add_flag("--matrix", plan_flags.matrix, "the support matrix of the selection table")
+      ->disable_flag_override();
+  plan_app->add_option("--arch", plan_flags.arch,
+                       fmt::format("with --device cuda: the architecture to plan for (without a "
+                                   "GPU: {} only)",
+                                   kOfflineArch));
+  plan_app->footer(presets_text());
+
+  RunFlags run_flags;
+  CLI::App* run_app = app.add_subcommand(
+      "run", "runs SHAPE on random inputs and prints the plan and the median time");
+  add_shape_flags(*run_app, run_flags.shape);
+  run_app->add_option("--repeat", run_flags.repeat, "at least this many timed runs")
+      ->check(at_least(1));
+  run_app->add_flag("--check", run_flags.check, "compare with the float64 reference")
+      ->disable_flag_override();
+  run_app->add_flag("--compare", run_flags.compare, "also time the unfused path")
+      ->disable_flag_override();
+  run_app->add_option("--seed", run_flags.seed, "inputs from this seed [fresh]")
+      ->check(at_least(0));
+  run_app->add_option("--json", run_flags.json, "also write the result as JSON to FILE");
+  run_app->footer(presets_text());
+
+  BenchFlags bench_flags;
+  CLI::App* bench_app = app.add_subcommand(
+      "bench",
+      "runs SHAPE at every length of --lens (Lk = N, and Lq = N unless --lq is given), "
+      "or every preset of --presets at those lengths");
+  add_shape_flags(*bench_app, bench_flags.shape);
+  bench_app->add_option("--lens", bench_flags.lens, "N,N,...: the lengths [--lk]")
+      ->delimiter(',')
+      ->check(at_least(1));
+  bench_app->add_option("--presets", bench_flags.presets, "a,b,...: these presets")
+      ->delimiter(',')
+      ->check(preset_names());
+  bench_app->add_option("--repeat", bench_flags.repeat, "at least this many timed runs")
+      ->check(at_least(1));
+  bench_app->add_option("--seed", bench_flags.seed, "inputs from this seed [fresh]")
+      ->check(at_least(0));
+  bench_app->add_option("--json", bench_flags.json, "also write the results as JSON to FILE");
+  bench_app->footer(presets_text());
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();  // the help of the subcommand given, if any
     return 0;
-  }
-  if (!tokens.empty() && tokens[0] == "--version") {
-    if (tokens.size() > 1) throw UsageError("--version takes no other flag");
-    std::cout << "fsdpa " << version() << "\n";
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
     return 0;
+  } catch (const CLI::CallForVersion&) {
+    std::cout << app.version() << "\n";
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
   }
   const std::string command = command_line(argc, argv);
-  if (tokens.empty() || tokens[0].rfind("-", 0) == 0) return cmd_default(tokens, command);
-  const std::string sub = tokens[0];
-  const std::vector<std::string> rest(tokens.begin() + 1, tokens.end());
-  if (sub == "plan") return cmd_plan(rest);
-  if (sub == "run") return cmd_run(rest, command);
-  if (sub == "bench") return cmd_bench(rest, command);
-  throw UsageError("unknown subcommand '" + sub + "'");
+  CLI::App* chosen = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
+  if (chosen != nullptr)
+    for (const CLI::Option* option : app.get_options())
+      if (option->count() > 0)
+        throw UsageError(option->get_name() + " belongs to the default run, not to '" +
+                         chosen->get_name() + "' (give it after the subcommand, if it has it)");
+  if (chosen == plan_app) return cmd_plan(*plan_app, plan_flags);
+  if (chosen == run_app) return cmd_run(*run_app, run_flags, command);
+  if (chosen == bench_app) return cmd_bench(*bench_app, bench_flags, command);
+  return cmd_default(app, defaults, command);
 }
 
 }  // namespace
@@ -486,7 +556,7 @@ int main(int argc, char** argv) {
   try {
     return fsdpa::tool::dispatch(argc, argv);
   } catch (const fsdpa::tool::UsageError& e) {
-    std::cerr << "fsdpa: " << e.what() << "\n\n" << fsdpa::tool::short_usage();
+    std::cerr << "fsdpa: " << e.what() << "\n" << fsdpa::tool::kHelpHint;
     return 2;
   } catch (const fsdpa::Error& e) {
     std::cerr << e.what() << "\n";  // library messages start with "fsdpa: "

@@ -1,5 +1,6 @@
 #include "report.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+
+#include "json_file.h"
 
 namespace fsdpa::tool {
 
@@ -69,111 +72,70 @@ std::string cell(size_t column, const std::string& text) {
 
 // -------------------------------------------------------------- JSON
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof buffer, "\\u%04x", u);
-      out += buffer;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%.6g", value);
-  return buffer;
-}
-
-std::string json_int(int64_t value) { return std::to_string(value); }
-std::string json_bool(bool value) { return value ? "true" : "false"; }
-
-class JsonObject {
- public:
-  JsonObject& add(const std::string& key, const std::string& raw) {
-    body_ += (body_.empty() ? "" : ", ") + json_string(key) + ": " + raw;
-    return *this;
-  }
-  std::string str() const { return "{" + body_ + "}"; }
-
- private:
-  std::string body_;
-};
-
-std::string case_json(const CaseSpec& c, const CaseResult& r) {
-  JsonObject o;
-  o.add("preset", json_string(c.preset))
-      .add("kind", json_string(c.kind))
-      .add("case", json_string(c.shape_label()))
-      .add("features", json_string(c.feature_label()))
-      .add("batch", json_int(c.batch))
-      .add("heads_q", json_int(c.heads_q))
-      .add("heads_kv", json_int(c.heads_kv))
-      .add("len_q", json_int(c.len_q))
-      .add("len_k", json_int(c.len_k))
-      .add("head_dim_qk", json_int(c.head_dim_qk))
-      .add("head_dim_v", json_int(c.head_dim_v))
-      .add("dtype", json_string(to_string(c.dtype)))
-      .add("device", json_string(std::string(to_string(c.device.type)) + ":" +
-                                 std::to_string(c.device.index)))
-      .add("causal", c.options.causal ? json_string(c.options.causal_align == CausalAlign::TopLeft
-                                                        ? "top-left"
-                                                        : "bottom-right")
-                                      : "false")
-      .add("window_left", c.options.window_left ? json_int(*c.options.window_left) : "null")
-      .add("softcap", json_number(c.options.softcap))
-      .add("mask", json_string(c.mask == MaskKind::None       ? "none"
-                               : c.mask == MaskKind::Additive ? "additive"
-                                                              : "boolean"))
-      .add("sinks", json_bool(c.sinks))
-      .add("lse", json_bool(c.lse))
-      .add("v_aliases_k", json_bool(c.v_aliases_k))
-      .add("status", json_string(r.status))
-      .add("message", json_string(r.message));
+Json case_json(const CaseSpec& c, const CaseResult& r) {
+  Json o;
+  o["preset"] = c.preset;
+  o["kind"] = c.kind;
+  o["case"] = c.shape_label();
+  o["features"] = c.feature_label();
+  o["batch"] = c.batch;
+  o["heads_q"] = c.heads_q;
+  o["heads_kv"] = c.heads_kv;
+  o["len_q"] = c.len_q;
+  o["len_k"] = c.len_k;
+  o["head_dim_qk"] = c.head_dim_qk;
+  o["head_dim_v"] = c.head_dim_v;
+  o["dtype"] = to_string(c.dtype);
+  o["device"] = fmt::format("{}:{}", to_string(c.device.type), c.device.index);
+  o["causal"] =
+      c.options.causal
+          ? Json(c.options.causal_align == CausalAlign::TopLeft ? "top-left" : "bottom-right")
+          : Json(false);
+  o["window_left"] = c.options.window_left ? Json(*c.options.window_left) : Json();
+  o["softcap"] = finite_or_null(c.options.softcap);
+  o["mask"] = c.mask == MaskKind::None       ? "none"
+              : c.mask == MaskKind::Additive ? "additive"
+                                             : "boolean";
+  o["sinks"] = c.sinks;
+  o["lse"] = c.lse;
+  o["v_aliases_k"] = c.v_aliases_k;
+  o["status"] = r.status;
+  o["message"] = r.message;
   if (r.plan) {
     const Plan& p = *r.plan;
-    o.add("policy", json_string(to_string(p.policy)))
-        .add("backend", json_string(to_string(p.backend)))
-        .add("path", json_string(to_string(p.path)))
-        .add("kernel", json_string(p.kernel))
-        .add("bucket_qk", json_int(p.head_dim_qk_bucket))
-        .add("bucket_v", json_int(p.head_dim_v_bucket))
-        .add("pad_ratio", json_number(p.pad_ratio))
-        .add("tile_q", json_int(p.tile_q))
-        .add("tile_k", json_int(p.tile_k))
-        .add("kv_splits", json_int(p.num_kv_splits))
-        .add("threads", json_int(p.num_threads))
-        .add("workspace_bytes", json_int(static_cast<int64_t>(p.workspace_bytes)))
-        .add("fallback_reason", json_string(p.fallback_reason));
+    o["policy"] = to_string(p.policy);
+    o["backend"] = to_string(p.backend);
+    o["path"] = to_string(p.path);
+    o["kernel"] = p.kernel;
+    o["bucket_qk"] = p.head_dim_qk_bucket;
+    o["bucket_v"] = p.head_dim_v_bucket;
+    o["pad_ratio"] = finite_or_null(p.pad_ratio);
+    o["tile_q"] = p.tile_q;
+    o["tile_k"] = p.tile_k;
+    o["kv_splits"] = p.num_kv_splits;
+    o["threads"] = p.num_threads;
+    o["workspace_bytes"] = p.workspace_bytes;
+    o["fallback_reason"] = p.fallback_reason;
   }
-  o.add("time_ms", json_number(r.time_ms))
-      .add("runs", json_int(r.runs))
-      .add("warmup", json_int(r.warmup))
-      .add("flops", json_number(r.flops))
-      .add("tflops", json_number(r.tflops()))
-      .add("kv_bytes", json_number(r.kv_bytes))
-      .add("kv_gbps", json_number(r.gbps()))
-      .add("checked", json_bool(r.checked))
-      .add("check_sample", json_string(r.sample))
-      .add("max_abs_err", json_number(r.max_abs_err))
-      .add("rel_err", json_number(r.rel_err))
-      .add("lse_max_abs_err", json_number(r.lse_max_abs_err))
-      .add("tolerance", json_number(r.tolerance))
-      .add("unfused_status", json_string(r.unfused_status))
-      .add("unfused_ms", json_number(r.unfused_ms))
-      .add("unfused_sample", json_string(r.unfused_sample))
-      .add("unfused_workspace_bytes", json_int(static_cast<int64_t>(r.unfused_workspace_bytes)))
-      .add("speedup_vs_unfused", json_number(r.speedup()));
-  return o.str();
+  o["time_ms"] = finite_or_null(r.time_ms);
+  o["runs"] = r.runs;
+  o["warmup"] = r.warmup;
+  o["flops"] = finite_or_null(r.flops);
+  o["tflops"] = finite_or_null(r.tflops());
+  o["kv_bytes"] = finite_or_null(r.kv_bytes);
+  o["kv_gbps"] = finite_or_null(r.gbps());
+  o["checked"] = r.checked;
+  o["check_sample"] = r.sample;
+  o["max_abs_err"] = finite_or_null(r.max_abs_err);
+  o["rel_err"] = finite_or_null(r.rel_err);
+  o["lse_max_abs_err"] = finite_or_null(r.lse_max_abs_err);
+  o["tolerance"] = finite_or_null(r.tolerance);
+  o["unfused_status"] = r.unfused_status;
+  o["unfused_ms"] = finite_or_null(r.unfused_ms);
+  o["unfused_sample"] = r.unfused_sample;
+  o["unfused_workspace_bytes"] = r.unfused_workspace_bytes;
+  o["speedup_vs_unfused"] = finite_or_null(r.speedup());
+  return o;
 }
 
 }  // namespace
@@ -288,26 +250,17 @@ void Progress::done() {
   if (tty_) std::cerr << "\r\033[K" << std::flush;
 }
 
-void check_writable(const std::string& path) {
-  std::ofstream file(path, std::ios::app);
-  if (!file) throw Error("fsdpa: cannot open '" + path + "' for writing");
-}
-
 void write_json(const std::string& path, const ReportHeader& header,
                 const std::vector<CaseSpec>& specs, const std::vector<CaseResult>& results) {
-  std::ofstream file(path);
-  if (!file) throw Error("fsdpa: cannot open '" + path + "' for writing");
-  const std::string seed = std::to_string(header.seed);  // a string: exact beyond 2^53
-  file << "{\n  \"fsdpa_version\": " << json_string(version())
-       << ",\n  \"command\": " << json_string(header.command)
-       << ",\n  \"device\": " << json_string(header.device)
-       << ",\n  \"device_reason\": " << json_string(header.device_reason)
-       << ",\n  \"seed\": " << json_string(seed) << ",\n  \"cases\": [";
-  for (size_t i = 0; i < specs.size(); ++i)
-    file << (i ? ",\n    " : "\n    ") << case_json(specs[i], results[i]);
-  file << "\n  ]\n}\n";
-  file.close();
-  if (!file) throw Error("fsdpa: cannot write '" + path + "'");
+  Json document;
+  document["fsdpa_version"] = version();
+  document["command"] = header.command;
+  document["device"] = header.device;
+  document["device_reason"] = header.device_reason;
+  document["seed"] = std::to_string(header.seed);  // a string: exact beyond 2^53
+  Json& cases = document["cases"] = Json::array();
+  for (size_t i = 0; i < specs.size(); ++i) cases.push_back(case_json(specs[i], results[i]));
+  write_json_file(path, document);
 }
 
 }  // namespace fsdpa::tool

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "json_file.h"
 
 namespace fsdpa::tool {
 
@@ -49,12 +50,8 @@ struct ReportHeader {
 };
 
 // {"fsdpa_version", "command", "device", "device_reason", "seed", "cases": [...]}:
-// one object per case. Throws fsdpa::Error when the file cannot be written.
-// Opens `path` for writing (creating it) and throws Error naming it when it
-// cannot be: called before a run, so that a bad --json path fails at once
-// instead of after the sweep.
-void check_writable(const std::string& path);
-
+// one object per case, through json_file.h (check_writable() before the run).
+// Throws std::runtime_error when the file cannot be written.
 void write_json(const std::string& path, const ReportHeader& header,
                 const std::vector<CaseSpec>& specs, const std::vector<CaseResult>& results);
 
