@@ -7,7 +7,9 @@
 # default run. Full logs and results go into $OUT/results.tgz (the tool
 # brings back at most 8 files); a short summary is printed last.
 #
-#   here, once:  mkdir -p .devbuild/deps && cp -r /usr/src/googletest .devbuild/deps/
+#   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
+#                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
+#                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
 #   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
@@ -84,6 +86,9 @@ if ! ls /usr/lib/x86_64-linux-gnu/cmake/GTest /usr/local/lib/cmake/GTest /usr/li
       ninja -C /tmp/gtest-build install >>/tmp/gtest.log 2>&1 || { tail -20 /tmp/gtest.log; exit 1; }
   fi
   cmake_extra+=("-DCMAKE_PREFIX_PATH=/tmp/gtest")
+fi
+if [ -d .devbuild/deps/include ]; then
+  cmake_extra+=("-DCMAKE_INCLUDE_PATH=$PWD/.devbuild/deps/include")
 fi
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \

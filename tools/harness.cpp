@@ -17,6 +17,7 @@
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "cpu/cpu.h"
+#include "sgemm_baseline.h"
 #include "usage_error.h"
 
 #if FSDPA_WITH_CUDA
@@ -35,6 +36,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // roughly 1e8-3e8 per second).
 constexpr double kCheckBudget = 1e8;    // the error sample
 constexpr double kUnfusedBudget = 4e7;  // the CPU unfused (reference) timing sample
+constexpr double kSgemmBudget = 4e9;    // the CPU sgemm baseline's timing sample
 // LSE is accumulated in float32 by every path: absolute error allowed.
 constexpr double kLseTolerance = 1e-3;
 
@@ -589,39 +591,57 @@ Options with_policy(Options options, Policy policy) {
   return options;
 }
 
-// CPU: the unfused path is the float64 reference on one thread. Time it on
-// the first heads of kv group 0 of batch 0 (and, when one head is still too
-// much, on fewer rows) and scale by the query-key pairs left out.
+// CPU: the unfused baseline is a materializing attention on OpenBLAS sgemm
+// (sgemm_baseline.h), or without OpenBLAS the library's unfused path (the
+// float64 reference on one thread). Time it on the whole problem when it is
+// small enough, else on the first heads of kv group 0 of batch 0 (and, when
+// one head is still too much, on fewer rows), scaled by the query-key pairs
+// left out.
 void time_unfused_cpu(const CaseSpec& c, const CaseData& d, CaseResult& r) {
+  const bool sgemm = sgemm_baseline_built();
+  const double budget = sgemm ? kSgemmBudget : kUnfusedBudget;
   const int64_t group = c.heads_q / c.heads_kv;
   const double width = static_cast<double>(c.head_dim_qk + c.head_dim_v);
   auto cost = [&](int64_t rows) {
+    if (sgemm) return static_cast<double>(rows * c.len_k) * width;  // sgemm computes every pair
     const int64_t first = first_row_for(c, rows);
     return static_cast<double>(visible_pairs(c.options, c.len_q, c.len_k, first, rows)) * width +
            static_cast<double>(rows * c.len_k);
   };
   Slice s{std::min<int64_t>(c.batch, 1), 0, 1, 0, c.len_q};
   const double head_cost = cost(c.len_q);
-  if (static_cast<double>(c.batch * c.heads_q) * head_cost <= kUnfusedBudget) {
+  if (static_cast<double>(c.batch * c.heads_q) * head_cost <= budget) {
     s = Slice{c.batch, 0, c.heads_q, 0, c.len_q};  // the whole problem
-  } else if (head_cost <= kUnfusedBudget) {
-    s.heads = std::clamp<int64_t>(static_cast<int64_t>(kUnfusedBudget / std::max(head_cost, 1.0)),
-                                  1, group);
+  } else if (head_cost <= budget) {
+    s.heads =
+        std::clamp<int64_t>(static_cast<int64_t>(budget / std::max(head_cost, 1.0)), 1, group);
   } else {
-    while (s.rows > 1 && cost(s.rows) > kUnfusedBudget) s.rows = (s.rows + 1) / 2;
+    while (s.rows > 1 && cost(s.rows) > budget) s.rows = (s.rows + 1) / 2;
     s.row_begin = first_row_for(c, s.rows);
   }
   const Tensors part = slice_tensors(d.host, c, s);
-  const Options options = with_policy(c.options, Policy::Unfused);
-  const Plan p = plan(describe(part, options), options);
-  Memory workspace(p.workspace_bytes, Device{});
-  const std::vector<double> samples =
-      time_launches([&] { run(p, part, workspace.data(), p.workspace_bytes); }, Device{}, nullptr,
-                    nullptr, TimingPlan{0, 1, 3, 0.3, 0});
+  std::vector<double> samples;
+  if (sgemm) {
+    samples = time_launches([&] { r.unfused_workspace_bytes = sgemm_attention(part, c.options); },
+                            Device{}, nullptr, nullptr, TimingPlan{0, 1, 3, 0.3, 0});
+    r.unfused_baseline = "OpenBLAS sgemm (materializing)";
+  } else {
+    const Options options = with_policy(c.options, Policy::Unfused);
+    const Plan p = plan(describe(part, options), options);
+    Memory workspace(p.workspace_bytes, Device{});
+    samples = time_launches([&] { run(p, part, workspace.data(), p.workspace_bytes); }, Device{},
+                            nullptr, nullptr, TimingPlan{0, 1, 3, 0.3, 0});
+    r.unfused_workspace_bytes = p.workspace_bytes;
+    r.unfused_baseline = p.kernel;
+  }
+  // The sgemm baseline's work is the same for every row; the reference's is
+  // proportional to the visible pairs.
   const double all_pairs =
-      static_cast<double>(visible_pairs(c.options, c.len_q, c.len_k, 0, c.len_q));
+      sgemm ? static_cast<double>(c.len_q)
+            : static_cast<double>(visible_pairs(c.options, c.len_q, c.len_k, 0, c.len_q));
   const double part_pairs =
-      static_cast<double>(visible_pairs(c.options, c.len_q, c.len_k, s.row_begin, s.rows));
+      sgemm ? static_cast<double>(s.rows)
+            : static_cast<double>(visible_pairs(c.options, c.len_q, c.len_k, s.row_begin, s.rows));
   const double row_factor =
       s.rows == c.len_q ? 1.0
       : part_pairs > 0
@@ -630,7 +650,6 @@ void time_unfused_cpu(const CaseSpec& c, const CaseData& d, CaseResult& r) {
   const double factor = static_cast<double>(c.batch * c.heads_q) /
                         static_cast<double>(std::max<int64_t>(s.batches * s.heads, 1)) * row_factor;
   r.unfused_ms = median(samples) * factor;
-  r.unfused_workspace_bytes = p.workspace_bytes;
   r.unfused_status = factor == 1.0 ? "measured" : "estimated";
   r.unfused_sample = factor == 1.0 ? "all" : describe_slice(c, s);
 }
@@ -642,6 +661,7 @@ void time_unfused_cuda([[maybe_unused]] const CaseSpec& c, [[maybe_unused]] cons
   const Options options = with_policy(c.options, Policy::Unfused);
   const Plan p = plan(describe(d.tensors, options), options);
   r.unfused_workspace_bytes = p.workspace_bytes;
+  r.unfused_baseline = p.kernel;
   size_t free_bytes = 0, total_bytes = 0;
   cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   const size_t margin = size_t{256} << 20;
@@ -823,6 +843,7 @@ CaseResult run_case(const CaseSpec& c, const Settings& settings) {
           r.unfused_ms = r.time_ms;
           r.unfused_workspace_bytes = p.workspace_bytes;
           r.unfused_status = "same";
+          r.unfused_baseline = p.kernel;
           r.unfused_sample = "all";
         } else if (c.device.type == DeviceType::CPU) {
           time_unfused_cpu(c, d, r);

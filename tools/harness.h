@@ -91,12 +91,15 @@ struct CaseResult {
   double lse_max_abs_err = std::numeric_limits<double>::quiet_NaN();
   double tolerance = std::numeric_limits<double>::quiet_NaN();
 
-  // The unfused path: "measured", "estimated" (CPU: float64 reference timed
-  // on a slice and scaled), "same" (the plan is already unfused), or a reason
+  // The unfused path: "measured", "estimated" (CPU: timed on a slice and
+  // scaled), "same" (the plan is already unfused), or a reason
   // it was not timed.
   std::string unfused_status = "not timed";
   double unfused_ms = std::numeric_limits<double>::quiet_NaN();
   std::string unfused_sample;
+  // What the unfused time is of: "OpenBLAS sgemm (materializing)" on the CPU
+  // when the command has OpenBLAS, else the library's unfused kernel.
+  std::string unfused_baseline;
   size_t unfused_workspace_bytes = 0;
   double speedup() const { return unfused_ms / time_ms; }
 

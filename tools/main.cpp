@@ -362,10 +362,8 @@ void print_result(const CaseSpec& c, const CaseResult& r, uint64_t seed) {
   else
     std::cout << "output    every element written (poisoned with NaN before the first run)\n";
   if (r.checked) {
-    char line[256];
-    std::snprintf(line, sizeof line, "check     max abs error %.3g, relative %.3g (tolerance %.0e)",
-                  r.max_abs_err, r.rel_err, r.tolerance);
-    std::cout << line;
+    std::cout << fmt::format("check     max abs error {:.3g}, relative {:.3g} (tolerance {:.0e})",
+                             r.max_abs_err, r.rel_err, r.tolerance);
     if (c.lse) std::cout << ", lse max abs error " << r.lse_max_abs_err;
     std::cout << " on " << r.sample
               << " vs the float64 reference: " << (r.status == "inaccurate" ? "FAIL" : "pass")
@@ -374,7 +372,8 @@ void print_result(const CaseSpec& c, const CaseResult& r, uint64_t seed) {
   if (r.unfused_status != "not timed") {
     std::cout << "unfused   ";
     if (std::isfinite(r.unfused_ms))
-      std::cout << format_time(r.unfused_ms) << " (" << r.unfused_status
+      std::cout << format_time(r.unfused_ms) << " (" << r.unfused_baseline << ", "
+                << r.unfused_status
                 << (r.unfused_sample == "all" ? "" : " from " + r.unfused_sample) << "), speed-up "
                 << format_ratio(r.speedup()) << ", workspace "
                 << format_bytes(static_cast<double>(r.unfused_workspace_bytes)) << "\n";

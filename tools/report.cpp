@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -11,16 +12,13 @@
 #include <sstream>
 
 #include "json_file.h"
+#include "sgemm_baseline.h"
 
 namespace fsdpa::tool {
 
 namespace {
 
-std::string fixed(double value, int digits) {
-  std::ostringstream o;
-  o << std::fixed << std::setprecision(digits) << value;
-  return o.str();
-}
+std::string fixed(double value, int digits) { return fmt::format("{:.{}f}", value, digits); }
 
 // Three significant digits, no exponent (values >= 0.001).
 std::string three_digits(double value) {
@@ -33,18 +31,14 @@ std::string three_digits(double value) {
 std::string scientific(double value) {
   if (std::isnan(value)) return "-";
   if (std::isinf(value)) return "inf";
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1e", value);
-  return buffer;
+  return fmt::format("{:.1e}", value);
 }
 
 // The text padded to `width`, then one space.
-std::string pad(const std::string& s, size_t width) {
-  return s.size() >= width ? s + " " : s + std::string(width - s.size(), ' ') + " ";
-}
+std::string pad(const std::string& s, size_t width) { return fmt::format("{:<{}} ", s, width); }
 
 std::string pad_left(const std::string& s, size_t width) {
-  return s.size() >= width ? s + " " : std::string(width - s.size(), ' ') + s + " ";
+  return fmt::format("{:>{}} ", s, width);
 }
 
 std::string trim_right(std::string s) {
@@ -133,6 +127,7 @@ Json case_json(const CaseSpec& c, const CaseResult& r) {
   o["unfused_status"] = r.unfused_status;
   o["unfused_ms"] = finite_or_null(r.unfused_ms);
   o["unfused_sample"] = r.unfused_sample;
+  o["unfused_baseline"] = r.unfused_baseline;
   o["unfused_workspace_bytes"] = r.unfused_workspace_bytes;
   o["speedup_vs_unfused"] = finite_or_null(r.speedup());
   return o;
@@ -216,22 +211,34 @@ void ResultTable::print_notes(std::ostream& out, bool estimated_unfused) const {
          "           small, else batch 0, up to 8 heads of kv group 0 and up to 8 query rows (the\n"
          "           last rows, which see every key under bottom-right causal masking)\n"
          "workspace  the plan's transient memory (workspace bytes)\n"
-         "vs unfused time of Policy::Unfused on the same tensors / time of this plan\n";
+         "vs unfused time of a materializing attention on the same tensors / time of this\n"
+         "           plan: CUDA, the library's unfused path (cuBLAS GEMMs + softmax); CPU, "
+      << (sgemm_baseline_built()
+              ? "OpenBLAS sgemm\n           (scores materialized per batch and head)\n"
+              : "the float64\n           reference on one thread (built without OpenBLAS)\n");
   if (estimated_unfused)
-    out << "*          CPU: the unfused path is the float64 reference on one thread; it was timed\n"
-           "           on a slice (batch 0, the first heads of kv group 0, and fewer query rows\n"
-           "           when one head is too slow) and scaled by the query-key pairs of the whole\n"
-           "           problem (the reference's work is proportional to them)\n";
+    out << "*          CPU: the baseline was timed on a slice (batch 0, the first heads of kv\n"
+           "           group 0, and fewer query rows when one head is too slow) and scaled to\n"
+           "           the whole problem\n";
 }
 
-Progress::Progress(size_t total) : total_(total), tty_(isatty(fileno(stderr)) != 0) {}
+Progress::Progress(size_t total)
+    : total_(total), tty_(isatty(fileno(stderr)) != 0), start_(std::chrono::steady_clock::now()) {}
 
 void Progress::start(size_t index, const CaseSpec& spec) {
-  std::ostringstream o;
-  o << "[" << std::setw(static_cast<int>(std::to_string(total_).size())) << index + 1 << "/"
-    << total_ << "] " << (spec.preset.empty() ? "" : spec.preset + " ") << spec.shape_label()
-    << " ...";
-  line_ = o.str();
+  // The time left: the mean of the cases so far times the cases to come.
+  std::string left;
+  if (index > 0) {
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const double seconds =
+        elapsed / static_cast<double>(index) * static_cast<double>(total_ - index);
+    left = seconds >= 60 ? fmt::format(", ~{} min {} s left", static_cast<int>(seconds) / 60,
+                                       static_cast<int>(seconds) % 60)
+                         : fmt::format(", ~{} s left", static_cast<int>(seconds + 0.5));
+  }
+  line_ = fmt::format("[{:>{}}/{}{}] {}{} ...", index + 1, std::to_string(total_).size(), total_,
+                      left, spec.preset.empty() ? "" : spec.preset + " ", spec.shape_label());
   if (tty_)
     std::cerr << "\r\033[K" << line_ << std::flush;
   else

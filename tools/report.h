@@ -2,6 +2,7 @@
 // (stderr) and the JSON report.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -28,7 +29,8 @@ class ResultTable {
   void print_notes(std::ostream& out, bool estimated_unfused) const;
 };
 
-// Progress on stderr: one line per case, rewritten in place on a terminal.
+// Progress on stderr: one line per case (its number, the estimated time
+// left, the case), rewritten in place on a terminal.
 class Progress {
  public:
   explicit Progress(size_t total);
@@ -39,6 +41,7 @@ class Progress {
  private:
   size_t total_;
   bool tty_;
+  std::chrono::steady_clock::time_point start_;
   std::string line_;
 };
 
