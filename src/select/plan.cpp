@@ -86,6 +86,21 @@ Plan make_plan(const Problem& problem, const Options& options, Policy policy, in
   return p;
 }
 
+// The decline that decided an unfused plan: the last fused row of the
+// backend whose reason is not just that the problem is another row's, as
+// "row: reason" (the last reason when all are routed; "" when none declined).
+std::string deciding_reason(const Problem& problem, const Options& options) {
+  std::string deciding, last;
+  for (const KernelRow& row : selection_table()) {
+    if (row.backend != backend_for(problem.device) || row.path == Path::Unfused) continue;
+    const detail::Verdict verdict = row.supports(problem, options);
+    if (verdict.ok) continue;
+    last = std::string(row.name) + ": " + verdict.reason;
+    if (!verdict.routed) deciding = last;
+  }
+  return deciding.empty() ? last : deciding;
+}
+
 }  // namespace
 
 namespace detail {
@@ -307,7 +322,7 @@ std::string support_matrix() {
               << (p.num_v_slices > 1 ? " x" + std::to_string(p.num_v_slices) + " slices" : "")
               << " (x" << std::fixed << std::setprecision(2) << p.pad_ratio << std::defaultfloat
               << ")";
-          if (p.path == Path::Unfused) s << " (" << p.fallback_reason << ")";
+          if (p.path == Path::Unfused) s << " (" << deciding_reason(problem, options) << ")";
           s << " |";
         } catch (const Error& e) {
           s << " none: " << e.what() << " |";

@@ -11,13 +11,18 @@
 namespace fsdpa::detail {
 
 // Whether a row can serve a problem; when not, `reason` names the violated
-// constraint with the actual and the allowed values.
+// constraint with the actual and the allowed values. `routed` marks the
+// declines that only say the problem is another row's (its dtype, a query
+// length past the decode limit, not the MLA layout): the support matrix shows
+// the last decline that is not routed, the one that decided the fallback.
 struct Verdict {
   bool ok = true;
   std::string reason;
+  bool routed = false;
 
   static Verdict yes() { return {}; }
-  static Verdict no(std::string why) { return {false, std::move(why)}; }
+  static Verdict no(std::string why) { return {false, std::move(why), false}; }
+  static Verdict other_row(std::string why) { return {false, std::move(why), true}; }
 };
 
 struct KernelRow {

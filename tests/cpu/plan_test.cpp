@@ -229,6 +229,13 @@ TEST(Plan, SupportMatrixMentionsEveryRow) {
   EXPECT_THAT(m, HasSubstr("| 1040/1040 |"));
 #if !FSDPA_WITH_CUDA
   EXPECT_THAT(m, HasSubstr("Backend cuda, bf16, policy auto: not built into this library"));
+#else
+  // An unfused cell names the decline that decided it, not every row's: not
+  // the decode rows' query-length routing, not the f32 row's dtype.
+  EXPECT_THAT(m, HasSubstr("unfused `cuda_unfused_cublas` (cuda_fused_prefill: head_dim_qk=1040 "
+                           "exceeds the largest fused size 576) |"));
+  EXPECT_THAT(m, Not(HasSubstr("exceeds the decode limit")));
+  EXPECT_THAT(m, Not(HasSubstr("is not f32")));
 #endif
 }
 

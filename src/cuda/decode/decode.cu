@@ -119,8 +119,8 @@ bool decode_bucket_compiled(int64_t head_dim_qk, int64_t head_dim_v) {
 
 Verdict decode_supports(const Problem& p, const Options&) {
   if (p.len_q > kDecodeMaxLenQ)
-    return Verdict::no("len_q=" + std::to_string(p.len_q) + " exceeds the decode limit " +
-                       std::to_string(kDecodeMaxLenQ) + " (prefill family)");
+    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " exceeds the decode limit " +
+                              std::to_string(kDecodeMaxLenQ) + " (prefill family)");
   if (p.head_dim_qk > kDecodeMaxHeadDimQk)
     return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                        " exceeds the largest fused size " + std::to_string(kDecodeMaxHeadDimQk));

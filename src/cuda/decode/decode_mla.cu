@@ -560,12 +560,14 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
 Verdict decode_mla_supports(const Problem& p, const Options& options) {
   if (Verdict common = decode_supports(p, options); !common.ok) return common;
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
-    return Verdict::no(std::string("dtype ") + to_string(p.dtype) + " is not one of f16, bf16");
+    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
+                              " is not one of f16, bf16");
   if (!p.v_aliases_k)
-    return Verdict::no("v is not a view of the first head_dim_v columns of k (MLA aliasing)");
+    return Verdict::other_row(
+        "v is not a view of the first head_dim_v columns of k (MLA aliasing)");
   if (p.head_dim_qk <= 512)
-    return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
-                       ": the MLA kernel serves 512 < head_dim_qk <= 576");
+    return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
+                              ": the MLA kernel serves 512 < head_dim_qk <= 576");
   if (p.row_alignment < 16)
     return Verdict::no("rows are " + std::to_string(p.row_alignment) +
                        "-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");

@@ -95,8 +95,8 @@ Verdict prefill_layout_and_size(const Problem& p) {
 // The checks both 16-bit rows share: dtype, layout, sizes, a compiled pair.
 Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
-    return Verdict::no(std::string("dtype ") + to_string(p.dtype) +
-                       " is not one of bf16, f16 (the " + kernel + " instances)");
+    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
+                              " is not one of bf16, f16 (the " + kernel + " instances)");
   if (Verdict common = prefill_layout_and_size(p); !common.ok) return common;
   if (find_instance(p.head_dim_qk, p.head_dim_v) == nullptr)
     return Verdict::no(
@@ -276,7 +276,7 @@ void prefill_hopper_launch(const Plan& plan, const Tensors& t, void*, void* stre
 
 Verdict prefill_f32_supports(const Problem& p, const Options& options) {
   if (p.dtype != DType::F32)
-    return Verdict::no(std::string("dtype ") + to_string(p.dtype) + " is not f32");
+    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) + " is not f32");
   if (Verdict common = prefill_layout_and_size(p); !common.ok) return common;
   return simt_f32_supports(p, options);
 }
