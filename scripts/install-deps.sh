@@ -2,7 +2,8 @@
 # Installs the Debian packages fsdpa builds and tests with, when any is missing.
 set -euo pipefail
 packages=(cmake g++ make pkg-config git libgtest-dev libgmock-dev libopenblas-dev python3-numpy python3-pytest
-  python3-venv python3-setuptools python3-wheel libcli11-dev nlohmann-json3-dev libfmt-dev)
+  python3-venv python3-setuptools python3-wheel libcli11-dev nlohmann-json3-dev libfmt-dev
+  clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -239,10 +239,19 @@ ByteSizes byte_sizes(const CaseSpec& c) {
   return s;
 }
 
+// x * y, or INT64_MAX when that overflows: strides of sizes past any memory
+// reach the library, which names them, instead of wrapping here.
+int64_t saturating_product(int64_t x, int64_t y) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(x, y, &product) ? std::numeric_limits<int64_t>::max() : product;
+}
+
 // A [B, H, L, D] view whose rows are `row` elements apart.
 TensorView bhld_view(void* data, DType dtype, int64_t b, int64_t h, int64_t l, int64_t d,
                      int64_t row, Device device) {
-  return strided_view(data, dtype, {b, h, l, d}, {h * l * row, l * row, row, 1}, device);
+  const int64_t head = saturating_product(l, row);
+  return strided_view(data, dtype, {b, h, l, d}, {saturating_product(h, head), head, row, 1},
+                      device);
 }
 
 Tensors make_views(const CaseSpec& c, const Pointers& p, Device device) {

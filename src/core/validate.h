@@ -50,6 +50,13 @@ inline constexpr const char* kEnvDecodeSplits = "FSDPA_DECODE_SPLITS";
 inline constexpr const char* kPlanEnvironment[] = {kEnvPolicy, kEnvNumThreads, kEnvCpuIsa,
                                                    kEnvDecodeSplits};
 
+// Whether the call writes any element: of out (B, Hq, Lq and Dv all above
+// 0) or of lse (B, Hq and Lq above 0, lse asked for). A call that writes
+// nothing runs nothing and needs no workspace, however large its other sizes.
+inline bool writes_output(const Problem& p) {
+  return p.batch > 0 && p.heads_q > 0 && p.len_q > 0 && (p.head_dim_v > 0 || p.has_lse);
+}
+
 // Throws InvalidArgument when `actual` (from the tensors given to run())
 // differs from the problem the plan was made for.
 void check_matches_plan(const Problem& planned, const Problem& actual);

@@ -1,5 +1,6 @@
 // The CPU fused path: plan facts, threads and ISA dispatch around the kernel
 // of fused_kernel.h (tiled online softmax, O(tile) memory).
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -7,6 +8,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#if FSDPA_HAVE_AVX2_KERNEL
+#include <cpuid.h>
+#endif
 
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -82,6 +87,15 @@ struct Kernel {
 
 // AVX2+FMA+F16C when the CPU has all three, else the portable kernel.
 // FSDPA_CPU_ISA=generic forces the portable one (for testing it on any CPU).
+#if FSDPA_HAVE_AVX2_KERNEL
+// F16C from CPUID leaf 1 (ECX bit 29): __builtin_cpu_supports("f16c") is
+// GCC's only (clang 14 rejects the name).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 Kernel pick_kernel() {
   const char* env = std::getenv(kEnvCpuIsa);
   const std::string forced = env ? env : "";
@@ -90,8 +104,7 @@ Kernel pick_kernel() {
   if (forced == "generic") return {fused_item_generic, fused_combine_generic};
 #if FSDPA_HAVE_AVX2_KERNEL
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
     return {fused_item_avx2, fused_combine_avx2};
 #endif
   if (forced == "avx2")
@@ -162,8 +175,12 @@ void fused_configure(const Problem& problem, Plan& plan) {
   plan.tile_q = a.heads_per_tile * a.queries_per_tile;
   plan.tile_k = a.tile_keys;
   plan.num_kv_splits = a.key_splits;
+  // Nothing to write (writes_output): nothing runs, so nothing is needed,
+  // however large the head dims the tiles would be sized by.
   plan.workspace_bytes =
-      fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads) + partial_bytes(a);
+      !writes_output(problem)
+          ? 0
+          : fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads) + partial_bytes(a);
 }
 
 void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
@@ -171,7 +188,7 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   FusedArgs a;
   set_tiling(p, plan.num_threads, a);
   const int64_t items = item_count(a);
-  if (items == 0) return;  // B, H or Lq is 0
+  if (items == 0 || !writes_output(p)) return;
   const int64_t units = items * a.key_splits;
 
   a.dtype = p.dtype;
@@ -185,6 +202,19 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
     a.v_strides[d] = t.v.strides[d];
     a.out_strides[d] = t.out.strides[d];
   }
+  // A tensor without elements (Dqk = 0 for q and k, Lk = 0 for k and v,
+  // Dv = 0 for v and out) may be null: give the kernel a real base with zero
+  // strides, so that its row pointers are defined (it touches none of them).
+  static std::byte no_elements[16];
+  auto defined_base = [](const TensorView& view, auto& data, int64_t(&strides)[4]) {
+    if (element_count(view) != 0) return;
+    data = no_elements;
+    std::fill(std::begin(strides), std::end(strides), 0);
+  };
+  defined_base(t.q, a.q, a.q_strides);
+  defined_base(t.k, a.k, a.k_strides);
+  defined_base(t.v, a.v, a.v_strides);
+  defined_base(t.out, a.out, a.out_strides);
   if (t.lse) {
     a.lse = static_cast<float*>(t.lse->data);
     for (int d = 0; d < 3; ++d) a.lse_strides[d] = t.lse->strides[d];
@@ -195,6 +225,7 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
     a.mask_dtype = mask.dtype;
     a.mask = mask.data;
     for (int d = 0; d < 4; ++d) a.mask_strides[d] = mask.strides[d];
+    defined_base(mask, a.mask, a.mask_strides);
   }
   if (t.sinks && p.has_sinks) {
     a.sinks = static_cast<const float*>(t.sinks->data);

@@ -252,7 +252,9 @@ inline typename Storage<D>::type narrow(float x) {
     return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
   } else {
 #if FSDPA_FUSED_F16C
-    return static_cast<uint16_t>(_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT));
+    // (_cvtss_sh is a macro with a compound literal in clang's headers.)
+    return static_cast<uint16_t>(
+        _mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(x), _MM_FROUND_TO_NEAREST_INT), 0));
 #else
     return float_to_f16(x);
 #endif
@@ -357,6 +359,12 @@ void pv_tail(int count, float* o, int64_t dv_pad, const float* alpha, const floa
 
 // Adds mask[b, h, i, k0 : k0 + keys] (times log2 e) to column r of S^T, or
 // sets -inf where a boolean mask says drop.
+// A base-2 score plus an additive mask value: -inf masks the key whatever
+// the score (a NaN score of a masked key must not reach the row).
+inline float masked_add(float score, float mask) {
+  return mask == kNegInf ? kNegInf : score + mask * kLog2e;
+}
+
 void apply_mask(const FusedArgs& a, int64_t b, int64_t h, int64_t i, int64_t k0, int64_t keys,
                 float* s_col, int64_t rows_pad) {
   const int64_t offset = b * a.mask_strides[0] + h * a.mask_strides[1] + i * a.mask_strides[2] +
@@ -372,19 +380,21 @@ void apply_mask(const FusedArgs& a, int64_t b, int64_t h, int64_t i, int64_t k0,
     case DType::F32: {
       const float* m = static_cast<const float*>(a.mask) + offset;
       for (int64_t j = 0; j < keys; ++j)
-        s_col[j * rows_pad] += load_element(m + j * stride) * kLog2e;
+        s_col[j * rows_pad] = masked_add(s_col[j * rows_pad], load_element(m + j * stride));
       return;
     }
     case DType::F16: {
       const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
       for (int64_t j = 0; j < keys; ++j)
-        s_col[j * rows_pad] += widen<DType::F16>(load_element(m + j * stride)) * kLog2e;
+        s_col[j * rows_pad] =
+            masked_add(s_col[j * rows_pad], widen<DType::F16>(load_element(m + j * stride)));
       return;
     }
     case DType::BF16: {
       const uint16_t* m = static_cast<const uint16_t*>(a.mask) + offset;
       for (int64_t j = 0; j < keys; ++j)
-        s_col[j * rows_pad] += widen<DType::BF16>(load_element(m + j * stride)) * kLog2e;
+        s_col[j * rows_pad] =
+            masked_add(s_col[j * rows_pad], widen<DType::BF16>(load_element(m + j * stride)));
       return;
     }
     case DType::Bool:
@@ -457,6 +467,21 @@ inline ItemRows item_rows(const FusedArgs& a, int64_t item) {
 // Writes row r of an item: m (running max, base 2) and l (running sum) over
 // its visible keys, acc its unnormalized output; the sink joins the
 // denominator, the LSE is computed in double.
+// O = O * alpha + P . V over the keys each row sees (P != 0) only: the
+// tiled product's slow twin, for tiles whose V holds NaN or infinity.
+inline void pv_seen_keys(int64_t rows, float* o, int64_t dv_pad, const float* alpha,
+                         const float* pt, int64_t rows_pad, const float* vf, int64_t keys) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = o + r * dv_pad;
+    for (int64_t c = 0; c < dv_pad; ++c) out[c] *= alpha[r];
+    for (int64_t j = 0; j < keys; ++j) {
+      const float p = pt[j * rows_pad + r];
+      if (p == 0.0f) continue;
+      for (int64_t c = 0; c < dv_pad; ++c) out[c] += p * vf[j * dv_pad + c];
+    }
+  }
+}
+
 template <DType D>
 void finalize_row(const FusedArgs& a, const ItemRows& x, int64_t r, float m, float l,
                   const float* acc) {
@@ -467,7 +492,9 @@ void finalize_row(const FusedArgs& a, const ItemRows& x, int64_t r, float m, flo
                               : -std::numeric_limits<double>::infinity();
   const double top = (row_max > sink ? row_max : sink);
   double factor = 0.0, lse = -std::numeric_limits<double>::infinity();
-  if (top != -std::numeric_limits<double>::infinity()) {
+  if (l != l) {  // a NaN or infinity the row used: NaN out and lse
+    factor = lse = std::numeric_limits<double>::quiet_NaN();
+  } else if (top != -std::numeric_limits<double>::infinity()) {
     const double keep = std::exp(row_max - top);  // 0 when no key was visible
     const double denominator = static_cast<double>(l) * keep + std::exp(sink - top);
     factor = keep / denominator;
@@ -606,14 +633,25 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
       for (int64_t j = 0; j < keys; ++j) {
         float* __restrict s = w.st + j * rp;
         for (int64_t r = 0; r < rp; ++r) {
-          const float p = exp2_neg(s[r] - m[r]);
+          // A NaN score (NaN in q or k of a key the row sees) stays NaN, to
+          // reach the row's output and lse; exp2_neg alone would make it 0.
+          const uint32_t nan = 0u - static_cast<uint32_t>(s[r] != s[r]);
+          const float p = bits_as_float(float_as_bits(exp2_neg(s[r] - m[r])) | nan);
           s[r] = p;
           l[r] += p;
         }
       }
     }
 
-    // O = O * alpha + P . V
+    // O = O * alpha + P . V. A non-finite value in the tile's V would turn
+    // the 0 of a key some row masks into NaN (0 * NaN) in the tiled product:
+    // such tiles skip the keys a row does not see (P = 0), one row at a time.
+    float probe = 0.0f;
+    for (int64_t e = 0; e < keys * a.dv_pad; ++e) probe += w.vf[e] * 0.0f;  // NaN iff non-finite
+    if (probe != probe) {
+      pv_seen_keys(rows, w.o, a.dv_pad, w.alpha, w.st, rp, w.vf, keys);
+      continue;
+    }
     for (int64_t c0 = 0; c0 < a.dv_pad; c0 += kChunk) {
       int64_t r0 = 0;
       for (; r0 + kBlockPV <= rows; r0 += kBlockPV)

@@ -24,8 +24,10 @@ double reference_row(const Problem& p, const Options& options, double scale, con
   const KeyRange visible = visible_keys(options, p.len_q, p.len_k, row);
   const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
 
-  // Scores; -inf marks a key that is masked out.
+  // Scores; -inf marks a key that is masked out. A NaN score of a key the
+  // row sees makes the row NaN (std::max would skip it).
   double row_max = kMinusInf;
+  bool saw_nan = false;
   for (int64_t j = 0; j < p.len_k; ++j) {
     scores[j] = kMinusInf;
     if (j < visible.begin || j >= visible.end) continue;
@@ -36,6 +38,7 @@ double reference_row(const Problem& p, const Options& options, double scale, con
         if (mask_value == 0.0) continue;
         mask_value = 0.0;
       }
+      if (mask_value == kMinusInf) continue;  // masked: contributes nothing, whatever q.k is
     }
     double dot = 0.0;
     for (int64_t d = 0; d < p.head_dim_qk; ++d)
@@ -43,6 +46,7 @@ double reference_row(const Problem& p, const Options& options, double scale, con
           static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
           static_cast<double>(load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
     scores[j] = soft_cap(scale * dot, options.softcap) + mask_value;
+    if (std::isnan(scores[j])) saw_nan = true;
     row_max = std::max(row_max, scores[j]);
   }
 
@@ -54,6 +58,10 @@ double reference_row(const Problem& p, const Options& options, double scale, con
   row_max = std::max(row_max, sink);
 
   for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] = 0.0;
+  if (saw_nan) {
+    for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] = std::nan("");
+    return std::nan("");
+  }
   if (row_max == kMinusInf) return kMinusInf;  // fully masked: exactly 0, lse = -inf
 
   double denominator = std::exp(sink - row_max);  // 0 without a sink
@@ -104,11 +112,15 @@ Verdict reference_supports(const Problem&, const Options&) { return Verdict::yes
 
 void reference_configure(const Problem& problem, Plan& plan) {
   plan.num_threads = 1;
-  plan.workspace_bytes = static_cast<size_t>(problem.len_k + problem.head_dim_v) * sizeof(double);
+  plan.workspace_bytes =
+      writes_output(problem)
+          ? static_cast<size_t>(problem.len_k + problem.head_dim_v) * sizeof(double)
+          : 0;
 }
 
 void reference_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
+  if (!writes_output(p)) return;
   double* scores = static_cast<double*>(workspace);
   double* out_row = scores + p.len_k;
   for_each_row(p, plan.options, t, scores, out_row,
