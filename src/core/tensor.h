@@ -62,9 +62,15 @@ inline void store_from_float(void* data, DType dtype, int64_t offset, float valu
   throw Error("fsdpa: internal: store_from_float to unsupported dtype");
 }
 
+// The number of elements: 0 when any size is 0, whatever the others (an
+// empty dim may sit beside sizes whose product would overflow), else their
+// product, saturated at INT64_MAX (validated views stay below 2^52).
 inline int64_t element_count(const TensorView& t) {
+  for (int d = 0; d < t.rank; ++d)
+    if (t.sizes[d] == 0) return 0;
   int64_t n = 1;
-  for (int d = 0; d < t.rank; ++d) n *= t.sizes[d];
+  for (int d = 0; d < t.rank; ++d)
+    if (__builtin_mul_overflow(n, t.sizes[d], &n)) return INT64_MAX;
   return n;
 }
 
