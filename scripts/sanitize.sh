@@ -19,5 +19,11 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 ctest --test-dir build-asan -LE gpu -E '^(python|package_)' --output-on-failure -j "$(nproc)"
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
-build-asan/bin/fsdpa_fuzz_c_api "$corpus" -max_total_time="${FSDPA_FUZZ_SECONDS:-60}" \
-  -timeout=20 -max_len=256 -print_final_stats=1 2>&1 | tail -20
+log=build-asan/fuzz.log
+if ! build-asan/bin/fsdpa_fuzz_c_api "$corpus" -max_total_time="${FSDPA_FUZZ_SECONDS:-60}" \
+  -timeout=20 -max_len=256 -print_final_stats=1 -artifact_prefix=build-asan/fuzz- >"$log" 2>&1; then
+  grep -E "runtime error|ERROR|finding|SUMMARY|Test unit written" "$log" || true
+  tail -20 "$log"
+  exit 1
+fi
+grep -E "^stat::|DONE" "$log"

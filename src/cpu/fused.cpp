@@ -167,28 +167,27 @@ Verdict fused_supports(const Problem&, const Options&) { return Verdict::yes(); 
 void fused_configure(const Problem& problem, Plan& plan) {
   kernel();  // surfaces a bad FSDPA_CPU_ISA at plan time
   plan.num_threads = default_num_threads();
-  FusedArgs a;
-  set_tiling(problem, plan.num_threads, a);
   plan.head_dim_qk_bucket = 0;
   plan.head_dim_v_bucket = 0;
   plan.pad_ratio = 1.0;
+  // Nothing to write (writes_output): nothing runs, so no tiles and no
+  // workspace, however large the sizes the tiling would multiply.
+  if (!writes_output(problem)) return;
+  FusedArgs a;
+  set_tiling(problem, plan.num_threads, a);
   plan.tile_q = a.heads_per_tile * a.queries_per_tile;
   plan.tile_k = a.tile_keys;
   plan.num_kv_splits = a.key_splits;
-  // Nothing to write (writes_output): nothing runs, so nothing is needed,
-  // however large the head dims the tiles would be sized by.
   plan.workspace_bytes =
-      !writes_output(problem)
-          ? 0
-          : fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads) + partial_bytes(a);
+      fused_thread_bytes(a) * static_cast<size_t>(plan.num_threads) + partial_bytes(a);
 }
 
 void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
+  if (!writes_output(p)) return;  // also keeps set_tiling's products in range
   FusedArgs a;
   set_tiling(p, plan.num_threads, a);
   const int64_t items = item_count(a);
-  if (items == 0 || !writes_output(p)) return;
   const int64_t units = items * a.key_splits;
 
   a.dtype = p.dtype;
