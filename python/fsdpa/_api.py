@@ -241,10 +241,13 @@ class _Block(ctypes.Structure):
                 ("lse", _capi.Tensor)]
 
 
-assert all(field.offset % 8 == 0 for field in (_capi.Tensor.data, _capi.Tensors.mask,
-                                               _capi.Tensors.sinks, _capi.Tensors.lse))
-assert ctypes.sizeof(_capi.Tensor) % 8 == 0 and ctypes.sizeof(_capi.Tensors) % 8 == 0
-# The same buffer as 8-byte words, for writing its pointers one by one.
+# The same buffer as 8-byte words, for writing its pointers one by one: every
+# pointer of it sits at a multiple of 8 (checked here, not by assert, which
+# python -O drops).
+if not (all(field.offset % 8 == 0 for field in (_capi.Tensor.data, _capi.Tensors.mask,
+                                                _capi.Tensors.sinks, _capi.Tensors.lse))
+        and ctypes.sizeof(_capi.Tensor) % 8 == 0 and ctypes.sizeof(_capi.Tensors) % 8 == 0):
+    raise ImportError("fsdpa: internal: fsdpa_tensors pointers are not 8-byte aligned")
 _Words = ctypes.c_uint64 * (ctypes.sizeof(_Block) // 8)
 
 

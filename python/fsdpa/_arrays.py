@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any
 
 from . import _capi
 from ._errors import InvalidArgument
