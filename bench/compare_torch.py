@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side-by-side prefill benchmark on the very same tensors: fsdpa fused,
 fsdpa unfused, PyTorch SDPA backends (flash, efficient, cudnn, math) and
-FlexAttention, for the prefill rows of ANCHORS.md (non-causal and causal)
+FlexAttention, for the prefill rows of the anchors (the libraries to beat, measured on the H200) (non-causal and causal)
 and the long-context chunk rows. --large runs the head dims above 256
 instead (288..576/512 at L=8192 and as Lq=2048 chunks of 32k and 128k keys,
 576/512 with v a view of k, torch's backends given K/V repeated to Hq) and

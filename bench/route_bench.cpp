@@ -3,7 +3,7 @@
 //
 //   route_bench [--json FILE] [--markdown FILE] [--quick]
 //
-// The selection table of DESIGN.md sends a CUDA problem to the decode row
+// The selection table (docs/design.md) sends a CUDA problem to the decode row
 // (`cuda_fused_decode`: split-K over the keys, the query heads of a kv group x
 // the query positions packed as the rows of 16-row tensor-core tiles) when
 // len_q <= kDecodeMaxLenQ (src/cuda/decode/decode_config.h), and to the

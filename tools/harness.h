@@ -109,7 +109,7 @@ struct CaseResult {
 // Runs the case; never throws for a library error (it lands in the result).
 CaseResult run_case(const CaseSpec& spec, const Settings& settings);
 
-// The tolerance of DESIGN.md §5 on ||out - ref|| / ||ref||.
+// The tolerance of docs/design.md (Tests and benchmarks) on ||out - ref|| / ||ref||.
 double tolerance_for(DType dtype, DeviceType device, bool allow_tf32);
 
 // ---------------------------------------------------------------- devices

@@ -1,4 +1,4 @@
-// The score rules of DESIGN.md §1 that need no tensor: the soft cap and the
+// The score rules of docs/design.md (Semantics) that need no tensor: the soft cap and the
 // masking that depends only on positions, in one place for every CPU path
 // (the reference and the fused path) to share.
 #pragma once

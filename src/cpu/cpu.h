@@ -16,7 +16,7 @@ struct ReferenceResult {
   std::vector<double> lse;
 };
 
-// Validates like describe() and computes every semantic of DESIGN.md §1 in
+// Validates like describe() and computes every semantic of docs/design.md (Semantics) in
 // float64 from the inputs as stored (half types widened exactly).
 ReferenceResult reference_attention(const Tensors& tensors, const Options& options = {});
 

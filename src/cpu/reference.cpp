@@ -1,4 +1,4 @@
-// The float64 reference: every semantic of DESIGN.md §1, written to be read.
+// The float64 reference: every semantic of docs/design.md (Semantics), written to be read.
 // One query row at a time: scores for all visible keys, softmax with the
 // sink in the denominator, weighted sum of values.
 #include <cmath>

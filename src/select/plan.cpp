@@ -248,7 +248,7 @@ std::string support_matrix() {
     int64_t dqk, dv;
     const char* where;
   };
-  // Head dims of MODELS.md plus the awkward ones and one past every limit.
+  // Head dims of docs/design.md's model shapes plus the awkward ones and one past every limit.
   static const Shape kShapes[] = {
       {1, 1, "smallest"},
       {64, 64, "llama, whisper"},

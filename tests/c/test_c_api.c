@@ -114,7 +114,7 @@ static double mask_at(const fsdpa_tensor* m, int64_t b, int64_t h, int64_t i, in
 /* ------------------------------------------------------------ naive reference */
 
 /* Attention in float64 from f32 tensors of any strides, straight from the
- * definition in DESIGN.md §1. out_ref is [B, Hq, Lq, Dv], lse_ref [B, Hq, Lq]. */
+ * definition in docs/design.md (Semantics). out_ref is [B, Hq, Lq, Dv], lse_ref [B, Hq, Lq]. */
 static void naive_attention(const fsdpa_tensors* t, const fsdpa_options* o, double* out_ref,
                             double* lse_ref) {
   const fsdpa_tensor *q = &t->q, *k = &t->k, *v = &t->v;
@@ -309,7 +309,7 @@ static void problem_free(problem* p) {
   free(p->mask_bool);
 }
 
-static const double kF32Tolerance = 1e-5; /* DESIGN.md §5 */
+static const double kF32Tolerance = 1e-5; /* docs/design.md (Tests and benchmarks) */
 
 /* ------------------------------------------------------------ tests */
 

@@ -1,5 +1,5 @@
 // One GPU attention case against the float64 CPU reference: random inputs in
-// a chosen layout, poisoned outputs, the error measures of DESIGN.md §5.
+// a chosen layout, poisoned outputs, the error measures of docs/design.md (Tests and benchmarks).
 #pragma once
 
 #include <cuda_runtime.h>

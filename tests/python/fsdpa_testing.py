@@ -1,9 +1,9 @@
 """Shared by the Python wrapper tests: a float64 numpy reference of
-DESIGN.md §1 and the error measures of DESIGN.md §5."""
+docs/design.md (Semantics) and the error measures of docs/design.md (Tests and benchmarks)."""
 
 import numpy as np
 
-# DESIGN.md §5: ||out - ref|| / ||ref|| per dtype of q/k/v/out.
+# docs/design.md (Tests and benchmarks): ||out - ref|| / ||ref|| per dtype of q/k/v/out.
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}
 
 
@@ -64,7 +64,7 @@ def relative_error(got, want):
 
 
 def assert_close(out, want_out, lse=None, want_lse=None):
-    """out within DESIGN.md §5 of the reference, every element written (no
+    """out within docs/design.md (Tests and benchmarks) of the reference, every element written (no
     NaN), fully masked rows exactly 0, lse equal where finite and -inf where
     the reference is."""
     assert not np.isnan(np.asarray(out, dtype=np.float64)).any(), "out has NaN (unwritten?)"

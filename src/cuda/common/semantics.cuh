@@ -1,4 +1,4 @@
-// DESIGN.md §1's masking rules as the CUDA kernels see them: the same
+// docs/design.md's (Semantics) masking rules as the CUDA kernels see them: the same
 // visible-key rule as src/core/semantics.h, plus the array mask and sinks.
 #pragma once
 

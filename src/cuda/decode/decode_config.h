@@ -7,7 +7,7 @@
 
 namespace fsdpa::detail::cuda {
 
-// The decode limit of DESIGN.md's selection table, chosen by measurement
+// The decode limit of the selection table (docs/design.md), chosen by measurement
 // (bench/route_bench.cpp, results in bench/results/h200-route.md: both
 // families timed on the same tensors at Lq 1..128, bf16, seven shapes; the
 // prefill side is the wgmma row on the H200). Decode was faster at every
