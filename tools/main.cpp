@@ -1,6 +1,6 @@
 // The `fsdpa` command.
 //
-//   fsdpa                 every model preset (docs/design.md), prefill and decode, on the best device
+//   fsdpa                 every model preset (docs/design.md), prefill and decode
 //   fsdpa plan ...        what plan() chooses for a shape; plan --matrix: the support matrix
 //   fsdpa run ...         one shape: allocate, run, time, check against the reference
 //   fsdpa bench ...       a sweep over lengths (and presets), JSON report
