@@ -81,11 +81,7 @@ def _check_inputs(*tensors):
     for name, tensor in tensors:
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"fsdpa: {name}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if torch.is_grad_enabled() and any(t.requires_grad for _, t in tensors):
-        name = next(name for name, t in tensors if t.requires_grad)
-        raise Unsupported(
-            f"fsdpa: autograd: {name} requires grad, and fsdpa has no backward yet; run it "
-            "under torch.no_grad() or torch.inference_mode(), or pass detached tensors")
+    _api._check_no_grad(tensors)  # the one autograd rule, shared with fsdpa.attention()
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float | None = None,
@@ -101,8 +97,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     named = [("q", q), ("k", k), ("v", v)]
     named += [(n, t) for n, t in (("mask", mask), ("sinks", sinks)) if t is not None]
     _check_inputs(*named)
-    if not isinstance(causal, bool):
-        raise InvalidArgument(f"fsdpa: causal: expected a bool, got {causal!r}")
+    _api._check_bool("causal", causal, " (the alignment is causal_align)")
     if out_layout not in _LAYOUTS:
         raise InvalidArgument(f"fsdpa: out_layout: expected 'bhsd' or 'bshd', got {out_layout!r}")
     args = (q, k, v, mask, sinks, None if scale is None else float(scale), causal, causal_align,

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,7 +122,7 @@ Kernel kernel() { return pick_kernel(); }
 template <typename Task>
 void parallel_for(int threads, int64_t count, const Task& task) {
   std::atomic<int64_t> next{0};
-  const std::function<void(int)> work = [&](int slot) {
+  const auto work = [&](int slot) {
     for (;;) {
       const int64_t index = next.fetch_add(1, std::memory_order_relaxed);
       if (index >= count) return;
@@ -134,7 +133,10 @@ void parallel_for(int threads, int64_t count, const Task& task) {
     work(0);
     return;
   }
-  if (worker_pool().try_run(threads, work)) return;
+  const SlotWork job{&work, [](const void* context, int slot) {
+                       (*static_cast<const decltype(work)*>(context))(slot);
+                     }};
+  if (worker_pool().try_run(threads, job)) return;
   std::vector<std::thread> pool;
   try {
     pool.reserve(static_cast<size_t>(threads - 1));

@@ -46,7 +46,7 @@ void WorkerPool::worker(int slot, uint64_t seen) {
   }
 }
 
-bool WorkerPool::try_run(int threads, const std::function<void(int)>& work) {
+bool WorkerPool::try_run(int threads, const SlotWork& work) {
   std::unique_lock<std::mutex> job(job_, std::try_to_lock);
   if (!job.owns_lock()) return false;
   int started = static_cast<int>(workers_.size()) + 1;

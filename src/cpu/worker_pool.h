@@ -8,12 +8,19 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace fsdpa::detail::cpu {
+
+// A job's body without owning it (std::function may allocate on every
+// launch): a context pointer and the function that runs one slot of it.
+struct SlotWork {
+  const void* context;
+  void (*run_slot)(const void* context, int slot);
+  void operator()(int slot) const { run_slot(context, slot); }
+};
 
 class WorkerPool {
  public:
@@ -27,7 +34,7 @@ class WorkerPool {
   // caller that finds the pool busy (another thread's launch) gets false and
   // nothing is run. Workers are started on first need; when the system
   // refuses one, the slots it would have run are run by the caller.
-  bool try_run(int threads, const std::function<void(int)>& work);
+  bool try_run(int threads, const SlotWork& work);
 
  private:
   // Runs the slot in every job published after generation `seen`.
@@ -38,7 +45,7 @@ class WorkerPool {
   std::condition_variable wake_;
   std::vector<std::thread> workers_;  // workers_[i] runs slot i + 1
   // The current job, published by the release store of generation_.
-  const std::function<void(int)>* work_ = nullptr;
+  const SlotWork* work_ = nullptr;
   int slots_ = 0;
   std::atomic<uint64_t> generation_{0};  // bumped per job
   std::atomic<int> running_{0};          // workers still in the current job
