@@ -204,4 +204,79 @@ __device__ __forceinline__ void copy_tile_rows_narrow(uint32_t shared, const T* 
   }
 }
 
+// One whole 16-byte chunk in cp.async pieces of kWidth (8 or 4) bytes: both
+// addresses in registers, the pieces' offsets immediate.
+template <int kWidth>
+__device__ __forceinline__ void cp_async_chunk_pieces(uint32_t shared_destination,
+                                                      const char* source) {
+  static_assert(kWidth == 8 || kWidth == 4, "cp.async pieces of 8 or 4 bytes");
+  if constexpr (kWidth == 8)
+    asm volatile(
+        "cp.async.ca.shared.global [%0], [%1], 8;\n"
+        "cp.async.ca.shared.global [%0 + 8], [%1 + 8], 8;\n" ::"r"(shared_destination),
+        "l"(source));
+  else
+    asm volatile(
+        "cp.async.ca.shared.global [%0], [%1], 4;\n"
+        "cp.async.ca.shared.global [%0 + 4], [%1 + 4], 4;\n"
+        "cp.async.ca.shared.global [%0 + 8], [%1 + 8], 4;\n"
+        "cp.async.ca.shared.global [%0 + 12], [%1 + 12], 4;\n" ::"r"(shared_destination),
+        "l"(source));
+}
+
+// Copies rows [row0, row0 + kRows) x columns [0, kCols) of a row-major
+// global matrix of 16-bit elements into the 128-byte swizzle that TMA writes
+// and wgmma reads (panels of 64 columns, each kRows x 128 bytes; 16-byte
+// chunk c of row r sits at chunk position c ^ (r % 8) of its panel), for
+// rows aligned to kWidth = 8 or 4 bytes: cp.async pieces by the 128 threads
+// of a producer warpgroup (the block's first), each keeping one chunk column
+// and stepping rows. `global` is row 0 of the matrix; rows >= num_rows and
+// columns >= num_cols arrive as zeros and are not read. The caller makes
+// the copies' completion known (cp_async_arrive).
+template <int kRows, int kCols, int kWidth, typename T>
+__device__ __forceinline__ void copy_tile_swizzle128_narrow(uint32_t shared, const T* global,
+                                                            int64_t row_stride, int row0,
+                                                            int num_rows, int num_cols) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0 && kRows % 8 == 0, "16-byte chunks, 8-row groups");
+  constexpr int kThreads = 128;
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  // The thread index read where it is used: what derives from it would
+  // otherwise be hoisted out of the caller's loop over tiles, per operand,
+  // and outlive the producer's 24 registers.
+  int thread;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
+  thread %= kThreads;
+  const int first_row = thread / kChunksPerRow;
+  const int chunk = thread % kChunksPerRow;
+  if (first_row >= kRowsPerPass) return;
+  const int remaining = num_cols - chunk * 8;
+  const int bytes = remaining >= 8 ? 16 : (remaining > 0 ? remaining * 2 : 0);
+  const T* column = global + chunk * 8;
+  const uint32_t panel = shared + static_cast<uint32_t>(chunk / 8 * kRows * 128);
+  const uint32_t swizzle = static_cast<uint32_t>(chunk % 8);
+#pragma unroll 1
+  for (int r = first_row; r < kRows; r += kRowsPerPass) {
+    const int row = row0 + r;
+    // Rows past the end are zeros, read from nowhere; their address is the
+    // last row's, so that every address is inside the matrix.
+    const char* source = reinterpret_cast<const char*>(
+        column + static_cast<int64_t>(min(row, num_rows - 1)) * row_stride);
+    const uint32_t to = panel + static_cast<uint32_t>(r) * 128 + ((swizzle ^ (r & 7)) << 4);
+    const int valid = row < num_rows ? bytes : 0;
+    if (valid == 16)
+      cp_async_chunk_pieces<kWidth>(to, source);
+    else
+      cp_async_pieces<kWidth>(to, source, valid);
+  }
+}
+
+// This thread's arrival on mbarrier `barrier`, made when all of its earlier
+// cp.async copies have completed; the barrier counts it as one of the
+// arrivals it was initialized with.
+__device__ __forceinline__ void cp_async_arrive(uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
 }  // namespace fsdpa::detail::cuda

@@ -34,6 +34,15 @@ __device__ __forceinline__ uint64_t swizzle128_descriptor(uint32_t address, uint
          static_cast<uint64_t>((stride_bytes & 0x3FFFFu) >> 4) << 32 | uint64_t{1} << 62;
 }
 
+// The value as one the compiler cannot see through: descriptors derived from
+// it are computed where they are used, every tile, instead of all of them
+// being kept live across the key loop (two registers each, which cost the
+// consumers of the warp-specialized kernels their registers).
+__device__ __forceinline__ uint64_t opaque(uint64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
 // Before the first wgmma that reads registers ordinary code wrote.
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

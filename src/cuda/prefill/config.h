@@ -90,39 +90,51 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
                               head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
-// The wgmma kernel (sm_90a, hopper_kernel.cuh): 2 warpgroups of 64 query rows
-// each per block; K/V tiles of hopper_tile_k keys in a ring of 2 stages (the
-// kernel's schedule keeps two K and two V tiles).
-constexpr int kHopperWarpgroups = 2;
+// The wgmma kernel (sm_90a, hopper_kernel.cuh): a producer warpgroup and 2
+// consumer warpgroups of 64 query rows each per block; K and V tiles of
+// hopper_tile_k keys, each in a ring of 2 stages. The block launches with
+// 168 registers a thread (65536 / 384); the producer gives all but 24 back
+// and the consumers take 240, which is exactly what the producer freed.
+constexpr int kHopperWarpgroups = 2;  // consumers
+constexpr int kHopperThreads = (kHopperWarpgroups + 1) * 128;
 constexpr int kHopperTileQ = kHopperWarpgroups * 64;
 constexpr int kHopperStages = 2;
+constexpr int kHopperProducerRegisters = 24;
+constexpr int kHopperConsumerRegisters = 240;
+static_assert(kHopperProducerRegisters * 128 + kHopperConsumerRegisters * kHopperWarpgroups * 128 <=
+                  65536 / kHopperThreads / 8 * 8 * kHopperThreads,
+              "the consumers take no more registers than the launch gave the block");
 
 // Bytes of one operand tile as TMA writes it in the 128-byte swizzle: one
 // panel of rows x 128 bytes per 64 columns (16-bit elements).
 constexpr int swizzle128_bytes(int rows, int cols) { return (cols + 63) / 64 * rows * 128; }
 
 // Shared memory of one wgmma block with key tiles of tile_k: Q, the K and V
-// stages, the copy barriers (8 bytes each for Q and every K and V stage), and
-// 1024 bytes to align the start to the swizzle's 1024-byte period.
+// stages, the barriers (8 bytes each: Q's, and a full and an empty one per K
+// and per V stage), and 1024 bytes to align the start to the swizzle's
+// 1024-byte period.
 constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int tile_k) {
   return 1024 + swizzle128_bytes(kHopperTileQ, head_dim_qk_bucket) +
          kHopperStages * (swizzle128_bytes(tile_k, head_dim_qk_bucket) +
                           swizzle128_bytes(tile_k, head_dim_v_bucket)) +
-         8 * (1 + 2 * kHopperStages);
+         8 * (1 + 4 * kHopperStages);
 }
 
 // Keys per stage: the N of S = Q K^T, the K of O += P V. The longest key tile
-// the registers and shared memory (227 KB) allow: fewer block barriers and
-// longer wgmma N per key. Registers per thread: O is Dv / 2, S tile_k / 2
-// (f32), P of the previous tile tile_k / 4; ptxas -v (sm_90a, TMA loads), no
-// spills: 128/128 with 128 keys 248 registers, 176/176 with 96 keys and
-// 256/256 with 64 keys fewer.
+// the consumers' 240 registers and shared memory (227 KB) allow: fewer
+// barrier waits and longer wgmma N per key. Registers per consumer thread:
+// O is Dv / 2, S tile_k / 2 (f32), P of the previous tile tile_k / 4 (live
+// while the softmax runs). ptxas -v (sm_90a): 128 keys spill from Dv = 112
+// on, 112 keys fit Dv = 128, 96 keys 176, 64 keys 256.
 // Above 256 (Dv a column slice) the Q tile grows to 80-128 KB and the key
 // tile shrinks to what fits: 64 at 288/320, 32 from 384 to 512 (not yet
 // tuned); 576/256 fits no key tile (hopper_fits).
 constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  const int preferred = head_dim_v_bucket <= 128 ? 128 : head_dim_v_bucket <= 176 ? 96 : 64;
-  constexpr int kTileKs[] = {128, 96, 64, 32};
+  const int preferred = head_dim_v_bucket <= 96    ? 128
+                        : head_dim_v_bucket <= 128 ? 112
+                        : head_dim_v_bucket <= 176 ? 96
+                                                   : 64;
+  constexpr int kTileKs[] = {128, 112, 96, 64, 32};
   for (int tile_k : kTileKs)
     if (tile_k <= preferred &&
         hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket, tile_k) <= kSm90SharedBytes)

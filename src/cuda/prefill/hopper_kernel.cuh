@@ -1,19 +1,31 @@
 // The wgmma prefill kernel (sm_90a): the same tiled online softmax as the
-// mma.sync kernel (kernel.cuh), with both products on warpgroup MMAs. Each
-// warpgroup owns 64 query rows of one (batch, head); Q stays in shared
-// memory, K/V tiles stream in through the tensor memory accelerator (TMA),
-// all in the 128-byte swizzle that wgmma reads. S = Q K^T takes both
-// operands from shared memory (K-major); O += P V takes P from the S
-// registers and V from shared memory (N-major, transposed by the
-// instruction). Included only by the generated instance files.
+// mma.sync kernel (kernel.cuh), with both products on warpgroup MMAs, in a
+// warp-specialized block. Warpgroup 0 is the producer: one of its threads
+// issues every copy through the tensor memory accelerator (TMA), into rings
+// of K and V stages (cuda/common/pipeline.cuh); where rows are not 16-byte
+// aligned (TMA's rule), all of its threads copy with cp.async pieces into
+// the same layout instead. It hands most of its registers to the consumers,
+// warpgroups 1 and 2, which own 64 query rows each of one (batch, head); Q
+// stays in shared memory. All tiles are in the 128-byte swizzle that wgmma
+// reads. S = Q K^T takes both operands from shared memory (K-major);
+// O += P V takes P from the S registers and V from shared memory (N-major,
+// transposed by the instruction).
+//
+// The schedule, per consumer and key tile j: issue S_j and P V of tile
+// j - 1, then the softmax of S_j while that P V runs. The two consumers take
+// turns issuing (ping-pong, two named barriers), so one's softmax runs while
+// the other's products keep the tensor cores busy. Included only by the
+// generated instance files.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
+#include "cuda/common/pipeline.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
@@ -32,7 +44,7 @@ struct PrefillMaps {
 
 // kSoftCap: the instance for calls with a soft cap (kernel.cuh says why).
 template <int kDqk, int kDv, typename T, bool kSoftCap>
-__global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
+__global__ void __launch_bounds__(kHopperThreads, 1)
     prefill_hopper_kernel(const PrefillParams p, const __grid_constant__ PrefillMaps maps) {
 #if FSDPA_WGMMA_ARCH
   using namespace prefill_impl;
@@ -44,71 +56,120 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   constexpr int kQBytes = swizzle128_bytes(kTileQ, kDqk);
   constexpr int kKBytes = swizzle128_bytes(kTileK, kDqk);
   constexpr int kVBytes = swizzle128_bytes(kTileK, kDv);
+  constexpr int kConsumerThreads = kHopperWarpgroups * 128;
   static_assert(kDqk % 16 == 0 && kDv % 16 == 0 && kTileK % 16 == 0, "buckets of 16");
-  static_assert(kStages == 2, "the schedule below keeps two K and two V tiles");
+  static_assert(kHopperWarpgroups == 2, "the turns below alternate between two consumers");
+  using Ring = PipelineRing<kStages>;
 
   extern __shared__ unsigned char shared_raw[];
   const uint32_t shared_q = (shared_address(shared_raw) + 1023u) & ~1023u;
   const uint32_t shared_k = shared_q + kQBytes;
   const uint32_t shared_v = shared_k + kStages * kKBytes;
-  // Barriers, 8 bytes each: Q, then K of stage 0 and 1, then V of stage 0 and 1.
-  const uint32_t barriers = shared_v + kStages * kVBytes;
-  const uint32_t q_barrier = barriers;
-  auto k_barrier = [&](int tile) { return barriers + 8 * (1 + tile % kStages); };
-  auto v_barrier = [&](int tile) { return barriers + 8 * (1 + kStages + tile % kStages); };
-  // Tile t is the (t / kStages)-th use of its stage's barriers.
-  auto parity = [](int tile) { return static_cast<uint32_t>(tile / kStages % 2); };
+  // Barriers: Q's, then the K ring's, then the V ring's.
+  const uint32_t q_barrier = shared_v + kStages * kVBytes;
+  const Ring k_ring(q_barrier + 8), v_ring(q_barrier + 8 + Ring::kBarrierBytes);
 
-  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-  const int warp = static_cast<int>(threadIdx.x) / 32;  // in the block: 4 per warpgroup
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;  // 0: the producer
+
+  // The load stage: TMA boxes where every row start is 16-byte aligned (one
+  // thread issues them), else cp.async pieces of 8 or 4 bytes by the whole
+  // producer warpgroup (tensor maps need 16-byte rows).
+  const bool tma = p.copy_bytes >= 16;
+  const uint32_t producer_arrivals = tma ? 1u : 128u;
+  if (threadIdx.x == 0) {
+    barrier_init(q_barrier, producer_arrivals);
+    k_ring.init(producer_arrivals, kConsumerThreads);
+    v_ring.init(producer_arrivals, kConsumerThreads);
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  // Each role works out the block's rows and key tiles itself, after its
+  // register change.
+  if (warpgroup == 0) {
+    registers_decrease<kHopperProducerRegisters>();
+    const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+    const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
+    const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
+    // Order: Q, then K and V of each tile, each as soon as its stage is free.
+    // Rows past the tensor's end and columns past the real head dim arrive
+    // as zeros.
+    const int v_column0 = v_slice(p).column0;
+    if (tma) {
+      if (threadIdx.x != 0) return;
+      // One box per 64-column panel.
+      auto load = [&](const TileMap& map, uint32_t destination, uint32_t barrier, uint32_t bytes,
+                      int columns, int rows, int row0, int head_index, int column0) {
+        barrier_expect_bytes(barrier, bytes);
+#pragma unroll
+        for (int panel = 0; panel * 64 < columns; ++panel)
+          tma_load_4d(destination + panel * rows * 128, &map.map, barrier, column0 + panel * 64,
+                      row0, head_index * map.head_step, batch * map.batch_step);
+      };
+      load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head, 0);
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int key0 = (tile_begin + tile) * kTileK;
+        load(maps.k, shared_k + Ring::stage(tile) * kKBytes, k_ring.producer_acquire(tile), kKBytes,
+             kDqk, kTileK, key0, kv_head, 0);
+        load(maps.v, shared_v + Ring::stage(tile) * kVBytes, v_ring.producer_acquire(tile), kVBytes,
+             kDv, kTileK, key0, kv_head, v_column0);
+      }
+    } else {
+      // 8- or 4-byte pieces by all 128 threads, each arriving once per use.
+      const MaskSemantics& sem = p.semantics;
+      auto operand = [&](const void* base, const int64_t(&strides)[3], int head_index) {
+        return static_cast<const T*>(base) + batch * strides[0] + head_index * strides[1];
+      };
+      auto produce = [&](auto width) {
+        constexpr int kWidth = decltype(width)::value;
+        copy_tile_swizzle128_narrow<kTileQ, kDqk, kWidth>(
+            shared_q, operand(p.q, p.q_strides, head), p.q_strides[2], q0,
+            static_cast<int>(sem.len_q), p.head_dim_qk);
+        cp_async_arrive(q_barrier);
+        for (int tile = 0; tile < num_tiles; ++tile) {
+          const int key0 = (tile_begin + tile) * kTileK;
+          const uint32_t k_full = k_ring.producer_acquire(tile);
+          copy_tile_swizzle128_narrow<kTileK, kDqk, kWidth>(
+              shared_k + Ring::stage(tile) * kKBytes, operand(p.k, p.k_strides, kv_head),
+              p.k_strides[2], key0, static_cast<int>(sem.len_k), p.head_dim_qk);
+          cp_async_arrive(k_full);
+          const uint32_t v_full = v_ring.producer_acquire(tile);
+          copy_tile_swizzle128_narrow<kTileK, kDv, kWidth>(
+              shared_v + Ring::stage(tile) * kVBytes,
+              operand(p.v, p.v_strides, kv_head) + v_column0, p.v_strides[2], key0,
+              static_cast<int>(sem.len_k), p.head_dim_v - v_column0);
+          cp_async_arrive(v_full);
+        }
+      };
+      if (p.copy_bytes == 8)
+        produce(std::integral_constant<int, 8>{});
+      else
+        produce(std::integral_constant<int, 4>{});
+    }
+    return;
+  }
+  registers_increase<kHopperConsumerRegisters>();
+  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+  const int head = block.head, batch = block.batch, q0 = block.q0;
+  const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
+
+  const int consumer = warpgroup - 1;
+  const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // among the consumers' 8
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4;
   const int quad = lane % 4;
-  const bool issuer = threadIdx.x == 0;  // the thread that issues the copies
-
-  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
-  const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
-  const DeviceKeyRange first_range = block.first_range, last_range = block.last_range;
-  const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
   const MaskSemantics& sem = p.semantics;
+  const DeviceKeyRange first_range = block.first_range, last_range = block.last_range;
 
   // Row of this thread's accumulator half r (one 16-row tile per warp).
   auto row_of = [&](int, int r) { return q0 + warp * 16 + group + 8 * r; };
 
-  // Copies: one TMA box per 64-column panel; rows past the tensor's end and
-  // columns past the real head dim arrive as zeros. They run one tile ahead,
-  // V one tile behind K: the copies issued while tile j is computed bring K
-  // of tile j + 1 and V of tile j, which the next iteration needs (S of
-  // j + 1 and P V of j). Prologue: Q, K of tile 0, V of tile 0, K of tile 1.
-  auto load = [&](const TileMap& map, uint32_t destination, uint32_t barrier, int bytes,
-                  int columns, int rows, int row0, int head_index, int column0) {
-    barrier_expect_bytes(barrier, bytes);
-#pragma unroll
-    for (int panel = 0; panel * 64 < columns; ++panel)
-      tma_load_4d(destination + panel * rows * 128, &map.map, barrier, column0 + panel * 64, row0,
-                  head_index * map.head_step, batch * map.batch_step);
-  };
-  auto load_k = [&](int tile) {
-    if (tile < num_tiles)
-      load(maps.k, shared_k + tile % kStages * kKBytes, k_barrier(tile), kKBytes, kDqk, kTileK,
-           (tile_begin + tile) * kTileK, kv_head, 0);
-  };
-  auto load_v = [&](int tile) {
-    if (tile < num_tiles)
-      load(maps.v, shared_v + tile % kStages * kVBytes, v_barrier(tile), kVBytes, kDv, kTileK,
-           (tile_begin + tile) * kTileK, kv_head, v_slice(p).column0);
-  };
-  if (issuer) {
-    for (int b = 0; b < 1 + 2 * kStages; ++b) barrier_init(barriers + 8 * b);
-    barrier_init_fence();
-  }
-  __syncthreads();
-  if (issuer) {
-    load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head, 0);
-    load_k(0);
-    load_v(0);
-    load_k(1);
-  }
+  // Turns: consumer c waits for barrier 1 + c and passes the turn on
+  // barrier 2 - c. Consumer 0 goes first; each takes num_tiles + 1 turns, and
+  // consumer 1's first pass (before it starts) and its passes after every
+  // turn but its last make up consumer 0's num_tiles + 1.
+  auto take_turn = [&] { named_barrier_sync(1 + consumer, kConsumerThreads); };
+  auto pass_turn = [&] { named_barrier_arrive(2 - consumer, kConsumerThreads); };
 
   float o[1][kDvTiles][4];
   float row_max[1][2] = {{kMinusInf, kMinusInf}};
@@ -125,35 +186,38 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   // 8-row groups 1024 bytes apart, panel kk / 4, 32 bytes per k step. V:
   // N-major, 64-column panels of Dv one panel (tile_k rows x 128 bytes)
   // apart, 8-key groups 1024 bytes apart.
-  const uint64_t q_descriptor = swizzle128_descriptor(shared_q + warpgroup * 64 * 128, 16, 1024);
+  const uint64_t q_descriptor = swizzle128_descriptor(shared_q + consumer * 64 * 128, 16, 1024);
   const uint64_t k_descriptor = swizzle128_descriptor(shared_k, 16, 1024);
   const uint64_t v_descriptor = swizzle128_descriptor(shared_v, kTileK * 128, 1024);
 
   // S = Q K^T of `tile`, issued (not waited for).
   float s[1][kKeyTiles][4];
   auto issue_scores = [&](int tile) {
-    const uint32_t stage = tile % kStages * kKBytes;
-    barrier_wait(k_barrier(tile), parity(tile));
+    const uint32_t stage = Ring::stage(tile) * kKBytes;
+    const uint64_t q_base = opaque(q_descriptor), k_base = opaque(k_descriptor);
+    k_ring.consumer_wait(tile);
+    if (!tma) fence_async_shared();
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDqk / 16; ++kk) {
       const uint32_t q_offset = (kk / 4) * kTileQ * 128 + (kk % 4) * 32;
       const uint32_t k_offset = stage + (kk / 4) * kTileK * 128 + (kk % 4) * 32;
-      wgmma_ss<T, kTileK>(s[0], q_descriptor + (q_offset >> 4), k_descriptor + (k_offset >> 4),
-                          kk > 0);
+      wgmma_ss<T, kTileK>(s[0], q_base + (q_offset >> 4), k_base + (k_offset >> 4), kk > 0);
     }
     wgmma_commit();
   };
   // O += P V of `tile`, issued.
   auto issue_output = [&](int tile) {
-    const uint32_t stage = tile % kStages * kVBytes;
-    barrier_wait(v_barrier(tile), parity(tile));
+    const uint32_t stage = Ring::stage(tile) * kVBytes;
+    const uint64_t v_base = opaque(v_descriptor);
+    v_ring.consumer_wait(tile);
+    if (!tma) fence_async_shared();
     pin_registers(pa);
     pin_registers(o[0]);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTileK / 16; ++kk)
-      wgmma_rs<T, kDv>(o[0], pa[kk], v_descriptor + ((stage + kk * 16 * 128) >> 4), 1);
+      wgmma_rs<T, kDv>(o[0], pa[kk], v_base + ((stage + kk * 16 * 128) >> 4), 1);
     wgmma_commit();
   };
   // Softmax of the scores of `tile` (waited for); P into pa once O is free.
@@ -161,13 +225,11 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   // it completes.
   auto softmax_to_p = [&](int tile) {
     const int k0 = (tile_begin + tile) * kTileK;
-    // Scale into the exp2 domain and mask where needed; unmasked tiles keep
-    // raw scores and the scale joins the exp2's FMA.
-    const bool need_mask = tile_needs_mask<kSoftCap, kKeyTiles>(sem, k0, first_range, last_range);
-    if (need_mask) mask_scores<kSoftCap>(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
+    const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
+    const float score_scale =
+        prepare_scores<kSoftCap>(s, sem, need_mask, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[1][2];
-    const bool rescale =
-        softmax_scores(s, row_max, row_sum, correction, need_mask ? 1.0f : p.scale_log2);
+    const bool rescale = softmax_scores(s, row_max, row_sum, correction, score_scale);
     pin_registers(s[0]);  // the softmax is done before the wait below, not after
     wgmma_wait<0>();
     pin_registers(o[0]);
@@ -177,32 +239,34 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
   };
 
   barrier_wait(q_barrier, 0);
-  // Each iteration overlaps the softmax of tile `it` with P V of tile it - 1
-  // on the tensor cores. The block barrier frees the stages the copies below
-  // overwrite: K of it - 1 and V of it - 2, whose products every warpgroup
-  // waited for in the previous iteration.
-  for (int it = 0; it < num_tiles; ++it) {
-    if (it > 0) {
-      __syncthreads();
-      if (issuer) {
-        load_k(it + 1);
-        load_v(it);
-      }
-    }
-    issue_scores(it);
-    if (it > 0) issue_output(it - 1);
-    // The scores; P V may still run.
-    if (it > 0)
-      wgmma_wait<1>();
-    else
-      wgmma_wait<0>();
+  if (num_tiles > 0) {
+    if (consumer == 1) pass_turn();
+    take_turn();
+    issue_scores(0);
+    pass_turn();
+    wgmma_wait<0>();
     pin_registers(s[0]);
+    k_ring.consumer_release(0);
+    softmax_to_p(0);
+  }
+  for (int it = 1; it < num_tiles; ++it) {
+    take_turn();
+    issue_scores(it);
+    issue_output(it - 1);
+    pass_turn();
+    wgmma_wait<1>();  // the scores; P V may still run
+    pin_registers(s[0]);
+    k_ring.consumer_release(it);
     softmax_to_p(it);
+    v_ring.consumer_release(it - 1);
   }
   if (num_tiles > 0) {
+    take_turn();
     issue_output(num_tiles - 1);
+    if (consumer == 0) pass_turn();
     wgmma_wait<0>();
     pin_registers(o[0]);
+    v_ring.consumer_release(num_tiles - 1);
   }
 
   store_rows<T>(o, row_max, row_sum, p, block, row_of, quad);
@@ -213,26 +277,28 @@ __global__ void __launch_bounds__(kHopperWarpgroups * 128, 1)
 // (bucket, dtype) kernel.
 template <int kDqk, int kDv, typename T>
 void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
-  constexpr int kThreads = kHopperWarpgroups * 128;
   constexpr int kSharedBytes = hopper_shared_bytes(kDqk, kDv);
   const auto kernel_function = params.semantics.softcap > 0.0f
                                    ? &prefill_hopper_kernel<kDqk, kDv, T, true>
                                    : &prefill_hopper_kernel<kDqk, kDv, T, false>;
   const void* kernel = reinterpret_cast<const void*>(kernel_function);
-  prepare_launch(kernel, kThreads, kSharedBytes, "cuda_fused_prefill_hopper");
+  prepare_launch(kernel, kHopperThreads, kSharedBytes, "cuda_fused_prefill_hopper");
   const int64_t heads_kv = params.heads_q / params.kv_group_size;
   const MaskSemantics& sem = params.semantics;
-  const PrefillMaps maps{
-      make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q, params.head_dim_qk,
-                          params.q_strides, kHopperTileQ),
-      make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,
-                          params.k_strides, hopper_tile_k(kDqk, kDv)),
-      make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
-                          params.v_strides, hopper_tile_k(kDqk, kDv))};
+  // Tensor maps only for 16-byte-aligned rows; the narrow load stage reads
+  // the pointers and strides of the parameters instead.
+  PrefillMaps maps{};
+  if (params.copy_bytes >= 16)
+    maps = {make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q,
+                                params.head_dim_qk, params.q_strides, kHopperTileQ),
+            make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,
+                                params.k_strides, hopper_tile_k(kDqk, kDv)),
+            make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
+                                params.v_strides, hopper_tile_k(kDqk, kDv))};
   const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
   const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel_function<<<grid, kThreads, kSharedBytes, stream>>>(params, maps);
+  kernel_function<<<grid, kHopperThreads, kSharedBytes, stream>>>(params, maps);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 

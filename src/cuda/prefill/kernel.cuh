@@ -21,8 +21,8 @@ namespace fsdpa::detail::cuda {
 
 // kTileCode (encode_tile) is the tuning table's row but in
 // bench/prefill_tune.cu, which times others. kSoftCap: the instance for calls
-// with a soft cap, which sends every tile through mask_scores; as a runtime
-// branch it slowed the calls without one (bench/NOTES.md, session 11).
+// with a soft cap (prepare_scores caps every tile); as a runtime branch it
+// slowed the calls without one (bench/NOTES.md, session 11).
 template <int kDqk, int kDv, typename T, int kTileCode, bool kSoftCap>
 __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
                                   decode_tile(kTileCode).min_blocks)
@@ -146,13 +146,11 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
       }
     }
 
-    // Scale into the exp2 domain and mask where needed; unmasked tiles keep
-    // raw scores and the scale joins the exp2's FMA.
-    const bool need_mask = tile_needs_mask<kSoftCap, kKeyTiles>(sem, k0, first_range, last_range);
-    if (need_mask) mask_scores<kSoftCap>(s, sem, row_of, k0, quad, p.scale_log2, batch, head);
+    const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
+    const float score_scale =
+        prepare_scores<kSoftCap>(s, sem, need_mask, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[kRowTiles][2];
-    if (softmax_scores(s, row_max, row_sum, correction, need_mask ? 1.0f : p.scale_log2))
-      rescale_output(o, correction);
+    if (softmax_scores(s, row_max, row_sum, correction, score_scale)) rescale_output(o, correction);
 
     // O += P V: the S accumulators are already in the A-fragment layout.
     const uint32_t v_fragment_base =

@@ -64,15 +64,28 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, in
 
 // Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
 // score needs masking (the tile crosses a row's visible range, the end of the
-// keys, or an array mask applies) or the soft cap (kSoftCap: the kernel's
-// instance for calls with one), which cannot be folded into the exp2's FMA.
-// `first` and `last` are the visible ranges of the block's first and last
-// rows.
-template <bool kSoftCap, int kKeyTiles>
+// keys, or an array mask applies). `first` and `last` are the visible ranges
+// of the block's first and last rows.
+template <int kKeyTiles>
 __device__ __forceinline__ bool tile_needs_mask(const MaskSemantics& sem, int k0,
                                                 const DeviceKeyRange& first,
                                                 const DeviceKeyRange& last) {
-  return kSoftCap || sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
+  return sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
+}
+
+// A tile that needs no mask but the soft cap (kSoftCap instances): scales
+// its scores into the exp2 domain and caps them, so the softmax takes them
+// with a score scale of 1 like masked ones.
+template <int kRowTiles, int kKeyTiles>
+__device__ __forceinline__ void cap_scores(float (&s)[kRowTiles][kKeyTiles][4],
+                                           const MaskSemantics& sem, float scale_log2) {
+  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[m][n][e] = soft_cap(s[m][n][e] * scale_log2, cap, inverse_cap);
 }
 
 // Scales the tile's scores into the exp2 domain, soft-caps them (kSoftCap),
@@ -110,6 +123,26 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
           s[m][n][2 * r + e] = value;
         }
     }
+}
+
+// Scales and (kSoftCap) caps the tile's scores and returns the score scale
+// the softmax still applies: a tile that needs a mask (need_mask) goes
+// through mask_scores; an unmasked one keeps raw scores, and the scale joins
+// the exp2's FMA, unless it is capped.
+template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
+__device__ __forceinline__ float prepare_scores(float (&s)[kRowTiles][kKeyTiles][4],
+                                                const MaskSemantics& sem, bool need_mask,
+                                                const RowOf& row_of, int k0, int quad,
+                                                float scale_log2, int batch, int head) {
+  if (need_mask) {
+    mask_scores<kSoftCap>(s, sem, row_of, k0, quad, scale_log2, batch, head);
+    return 1.0f;
+  }
+  if constexpr (kSoftCap) {
+    cap_scores(s, sem, scale_log2);
+    return 1.0f;
+  }
+  return scale_log2;
 }
 
 // Online softmax with lazy rescaling: turns the scores into P = 2^(S - max)

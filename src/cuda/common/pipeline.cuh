@@ -1,0 +1,91 @@
+// The pieces of a warp-specialized kernel (sm_90): a ring of shared-memory
+// stages between one producer thread and the consumer threads, on
+// mbarriers; named barriers for warpgroups that take turns; and the
+// register reallocation between producer and consumer warpgroups.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/tma.cuh"
+
+namespace fsdpa::detail::cuda {
+
+// kStages stages of one operand. Stage s has a "full" barrier (one arrival:
+// the producer's, announcing the bytes its copies complete) and an "empty"
+// barrier (one arrival per consumer thread once it no longer reads the
+// stage). Uses are numbered 0, 1, 2, ... in the order both sides take them:
+// use u lives in stage u % kStages and is that stage's (u / kStages)-th
+// phase, so neither side keeps a phase bit of its own.
+template <int kStages>
+class PipelineRing {
+ public:
+  static constexpr int kBarrierBytes = 2 * kStages * 8;
+
+  // `barriers`: kBarrierBytes of 8-byte-aligned shared memory.
+  __device__ explicit PipelineRing(uint32_t barriers) : barriers_(barriers) {}
+
+  // By one thread, followed by barrier_init_fence and a block barrier.
+  // `producer_arrivals`: 1 for a TMA producer (its expect-bytes arrival),
+  // else the producer threads (one arrival each per use).
+  __device__ void init(uint32_t producer_arrivals, uint32_t consumer_threads) const {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(full(s), producer_arrivals);
+      barrier_init(empty(s), consumer_threads);
+    }
+  }
+
+  // Producer: waits until use u's stage is free and returns the barrier its
+  // copies complete on (a TMA producer announces their bytes there first).
+  // The first kStages uses pass at once (a fresh barrier's phase before 0
+  // counts as complete).
+  __device__ uint32_t producer_acquire(int use) const {
+    barrier_wait(empty(stage(use)), phase(use) ^ 1u);
+    return full(stage(use));
+  }
+
+  // Consumers: wait until use u's copies landed; release the stage once this
+  // thread's reads of it (its warpgroup's MMAs included) are complete.
+  __device__ void consumer_wait(int use) const { barrier_wait(full(stage(use)), phase(use)); }
+  __device__ void consumer_release(int use) const { barrier_arrive(empty(stage(use))); }
+
+  static __device__ int stage(int use) { return use % kStages; }
+
+ private:
+  static __device__ uint32_t phase(int use) { return static_cast<uint32_t>(use / kStages) & 1u; }
+  __device__ uint32_t full(int s) const { return barriers_ + 8 * s; }
+  __device__ uint32_t empty(int s) const { return barriers_ + 8 * (kStages + s); }
+
+  uint32_t barriers_;
+};
+
+// Orders this thread's later async-proxy reads of shared memory (wgmma
+// operands) after the generic-proxy writes it has synchronized with (cp.async
+// copies that a barrier reported complete).
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, a
+// multiple of 32: sync waits until that many arrived (its own warp's count
+// among them); arrive only counts this warp in.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads));
+}
+
+// Register reallocation (sm_90a, every warp of a warpgroup together): a
+// producer warpgroup gives registers back, consumer warpgroups take them.
+// The block launches with its __launch_bounds__ share per thread; the
+// consumers' increase waits until the producers' decrease freed enough.
+template <int kRegisters>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+}  // namespace fsdpa::detail::cuda
