@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "cuda/prefill/config.h"
 #include "cuda/prefill/prefill.h"
 #include "gpu_case.h"
 
@@ -30,8 +31,14 @@ bool compiled_exactly(int64_t qk_bucket, int64_t dv_bucket) {
 
 int64_t bucket(int64_t d) { return std::max<int64_t>(16, (d + 15) / 16 * 16); }
 
+// Whether the build has a 16-bit kernel for the head dims: a Dv above 256
+// runs in column slices, so the pair's Dv bucket is that of a slice.
+bool compiled_for(int64_t dqk, int64_t dv) {
+  return compiled_bucket(bucket(dqk), bucket(detail::cuda::v_slice_columns(dv)));
+}
+
 void expect_case(const Case& c) {
-  if (c.dtype != DType::F32 && !compiled_bucket(bucket(c.head_dim_qk), bucket(c.head_dim_v)))
+  if (c.dtype != DType::F32 && !compiled_for(c.head_dim_qk, c.head_dim_v))
     GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
   std::mt19937_64& rng = test_rng();
   const std::mt19937_64 inputs = rng;  // every run below draws the very same inputs
@@ -408,18 +415,24 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   }
 }
 
-// Rows aligned below 16 bytes run the mma.sync row (narrow copies); the
-// wgmma row names TMA's rule; a last dimension without stride 1 runs unfused.
+// Rows aligned below 16 bytes run fused: on sm_90 the wgmma row down to 4
+// bytes (cp.async pieces instead of TMA), the mma.sync row below that (and
+// everywhere on other GPUs); the wgmma row names its rule; a last dimension
+// without stride 1 runs unfused.
 TEST(PrefillSelection, UnalignedRowsRunFusedAndNameTheConstraint) {
+  const bool hopper = plan(problem_of(96, 96, 16), forced()).kernel == "cuda_fused_prefill_hopper";
   for (int alignment : {8, 4, 2}) {
     const Plan p = plan(problem_of(96, 96, alignment), forced());
     EXPECT_EQ(p.path, Path::FusedPrefill);
-    EXPECT_EQ(p.kernel, "cuda_fused_prefill") << alignment;
+    EXPECT_EQ(p.kernel,
+              hopper && alignment >= 4 ? "cuda_fused_prefill_hopper" : "cuda_fused_prefill")
+        << alignment;
   }
   for (const detail::KernelRow& row : detail::selection_table()) {
     if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
-    const std::string reason = row.supports(problem_of(96, 96, 4), forced()).reason;
-    EXPECT_NE(reason.find("rows are 4-byte aligned; the wgmma kernel's TMA loads need 16"),
+    const std::string reason = row.supports(problem_of(96, 96, 2), forced()).reason;
+    EXPECT_NE(reason.find("rows are 2-byte aligned; the wgmma kernel copies rows in pieces of "
+                          "at least 4 bytes"),
               std::string::npos)
         << reason;
   }
