@@ -257,10 +257,12 @@ def main():
     ap.add_argument("--name", default="h200-prefill")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="D=64,128,256 only")
+    ap.add_argument("--quick", action="store_true", help="D=64,128,256 and the soft cap row only")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--math-limit", type=float, default=4.5e9,
                     help="skip math when B*H*Lq*Lk*2 bytes of scores exceed this")
+    ap.add_argument("--softcap-only", action="store_true",
+                    help="the soft cap row alone (with and without the cap)")
     ap.add_argument("--large", action="store_true",
                     help="the head dims above 256 and the soft cap instead of the main table")
     ap.add_argument("--fsdpa-only", action="store_true",
@@ -282,6 +284,11 @@ def main():
     shapes += [((1, 16, 8, 1024, 65536, d, d), False, {}) for d in (128, 256)]
     shapes += [((1, 16, 8, 1024, 131072, 256, 256), False, {})]
     shapes += [((4, 16, 16, 4096, 4096, dqk, dv), True, {}) for dqk, dv in dims]
+    softcap_row = ((1, 16, 8, 4096, 4096, 256, 256), True, {"softcap": 50.0})  # gemma2-9b
+    if args.quick:
+        shapes += [softcap_row]
+    if args.softcap_only:
+        shapes = [softcap_row]
     if args.large:
         mla = {"v_from_k": True, "repeat_kv": True}
         gqa = {"repeat_kv": True}
@@ -295,7 +302,7 @@ def main():
             shapes += [((1, 8, 1, 2048, lk, 288, 288), False, gqa),
                        ((1, 16, 8, 2048, lk, 512, 512), False, gqa),
                        ((1, 128, 1, 2048, lk, 576, 512), False, mla)]
-        shapes += [((1, 16, 8, 4096, 4096, 256, 256), True, {"softcap": 50.0})]
+        shapes += [softcap_row]
         # Rows that are not 16-byte aligned (contiguous bf16 at these D), and
         # the same bucket with padded rows beside them.
         for d in (59, 76, 90, 100):

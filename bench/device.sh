@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -148,12 +148,14 @@ run_gpu_suites() {
   report_tests
 }
 sanitize_small() {
+  local log="$OUT/sanitizer-$4.log"
   timeout $(limit "$3") compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/$1 \
-    --gtest_filter="$2" --gtest_brief=1 >"$OUT/sanitizer.log" 2>&1
-  say "memcheck $4: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+    --gtest_filter="$2" --gtest_brief=1 >"$log" 2>&1
+  say "memcheck $4: rc=$? $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
+  grep -E -m3 -A8 '^========= (Invalid|Program hit|Misaligned|Out-of-range)' "$log" | head -30 | tee -a "$SUMMARY"
   timeout $(limit "$3") compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/$1 \
-    --gtest_filter="$2" --gtest_brief=1 >>"$OUT/sanitizer.log" 2>&1
-  say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1)"
+    --gtest_filter="$2" --gtest_brief=1 >>"$log" 2>&1
+  say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$log" | tail -1)"
 }
 
 if [ "$STAGES" = prefill ]; then
@@ -174,8 +176,9 @@ fi
 
 if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
   run_gpu_suites 200 150 60
-  sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
-  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*' 120 large-dims
+  [ "${COVERAGE_DECODE_SANITIZE:-1}" = 1 ] &&
+    sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
+  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*:*PrefillAwkward*L131x257_D90x90_bf16_bhsd*:*PrefillAwkward*L131x257_D76x76_f16_bhsd*' 150 large-dims
 fi
 # COVERAGE_TESTS=0: the coverage benches alone.
 if [ "$STAGES" = coverage ]; then
@@ -185,6 +188,14 @@ if [ "$STAGES" = coverage ]; then
     python3 bench/compare_torch.py --out "$OUT/bench" --name h200-prefill-large --large ${BENCH_ARGS:-} \
     >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench (large): rc=$? $(($(date +%s) - t0)) s"
+  # FULL_PREFILL_TABLE=1: the main prefill table too (every bucket, torch's
+  # backends beside), as `bench` makes it.
+  if [ "${FULL_PREFILL_TABLE:-0}" = 1 ]; then
+    t0=$(date +%s)
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit 150)" \
+      python3 bench/compare_torch.py --out "$OUT/bench" >"$OUT/bench-prefill-main.log" 2>&1
+    say "prefill bench (main table): rc=$? $(($(date +%s) - t0)) s"
+  fi
   grep -E "causal=" "$OUT/bench-prefill.log" | cut -c1-230 | tee -a "$SUMMARY"
   $BUILD/bin/fsdpa plan --matrix >"$OUT/bench/support-matrix.md" 2>&1
   # Decode of unaligned rows (D=90 contiguous) beside the aligned D=96.
@@ -225,6 +236,44 @@ if [ "$STAGES" = coverage ]; then
       "$OUT"/ab/tree-2.json 2>&1 | tee "$OUT/ab/prefill-ab.md" | tee -a "$SUMMARY"
   fi
 fi
+
+# An A/B of kernel variants inside this one call (fresh machines differ by
+# up to 10%). Each directory .devbuild/variants/<name>/ holds files laid out
+# like the tree; the library is rebuilt with each overlaid in turn (the tree
+# as it is is the variant "tree"), then `$1 <name> <rep>` times every
+# library, alternating, twice.
+decode_ab_run() {
+  FSDPA_LIBRARY=/tmp/ab/$1.so PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
+    python3 bench/decode_bench.py --rows "${DECODE_ROWS:-15}" --fsdpa-only --profile \
+    --out "$OUT/ab/$1-$2.json" --md "$OUT/ab/$1-$2.md" --png "$OUT/ab/$1-$2.png" \
+    >"$OUT/ab/$1-$2.log" 2>&1
+  grep -E "^\('" "$OUT/ab/$1-$2.log" | sed "s/^/ab $1 #$2: /" | cut -c1-220 | tee -a "$SUMMARY"
+}
+softcap_ab_run() {
+  FSDPA_LIBRARY=/tmp/ab/$1.so PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
+    python3 bench/compare_torch.py --softcap-only --fsdpa-only --out "$OUT/ab" --name "$1-$2" \
+    >"$OUT/ab/$1-$2.log" 2>&1
+  grep -E "causal=" "$OUT/ab/$1-$2.log" | sed "s/^/ab $1 #$2: /" | cut -c1-220 | tee -a "$SUMMARY"
+}
+ab_variants() {
+  [ -d .devbuild/variants ] || { say "ab: no .devbuild/variants"; return; }
+  rm -rf /tmp/ab && mkdir -p /tmp/ab "$OUT/ab"
+  cp $BUILD/libfsdpa.so /tmp/ab/tree.so
+  local names=(tree) dir name files f rep
+  for dir in .devbuild/variants/*/; do
+    name=$(basename "$dir")
+    files=$(cd "$dir" && find . -type f)
+    for f in $files; do
+      mkdir -p "/tmp/ab/orig/$(dirname "$f")" && cp "$f" "/tmp/ab/orig/$f" && cp "$dir/$f" "$f"
+    done
+    ninja -C $BUILD -j16 fsdpa >>"$OUT/build.log" 2>&1 && cp $BUILD/libfsdpa.so "/tmp/ab/$name.so" &&
+      names+=("$name") || say "ab: variant $name did not build"
+    for f in $files; do cp "/tmp/ab/orig/$f" "$f"; done
+  done
+  for rep in 1 2; do
+    for name in "${names[@]}"; do "$1" "$name" "$rep"; done
+  done
+}
 
 # ------------------------------------------------------------------ decode loop
 # `decode`: the decode GPU tests, memcheck/racecheck on small MLA and split
@@ -280,35 +329,15 @@ if [ "$STAGES" = decode ]; then
       >"$OUT/ncu-mla-source.csv" 2>>"$OUT/ncu-mla-source.log"
     say "ncu source: rc=$? $(wc -l <"$OUT/ncu-mla-source.csv") lines"
   fi
-  # AB=1: an A/B of kernel variants inside this one call (fresh machines
-  # differ by up to 10%). Each directory .devbuild/variants/<name>/ holds
-  # files laid out like the tree; the library is rebuilt with each overlaid
-  # in turn (the tree as it is is the variant "tree"), then decode_bench.py
-  # times every library on DECODE_ROWS, alternating, twice.
-  if [ "${AB:-0}" = 1 ] && [ -d .devbuild/variants ]; then
-    rm -rf /tmp/ab && mkdir -p /tmp/ab "$OUT/ab"
-    cp $BUILD/libfsdpa.so /tmp/ab/tree.so
-    names=(tree)
-    for dir in .devbuild/variants/*/; do
-      name=$(basename "$dir")
-      files=$(cd "$dir" && find . -type f)
-      for f in $files; do
-        mkdir -p "/tmp/ab/orig/$(dirname "$f")" && cp "$f" "/tmp/ab/orig/$f" && cp "$dir/$f" "$f"
-      done
-      ninja -C $BUILD -j16 fsdpa >>"$OUT/build.log" 2>&1 && cp $BUILD/libfsdpa.so "/tmp/ab/$name.so" &&
-        names+=("$name") || say "ab: variant $name did not build"
-      for f in $files; do cp "/tmp/ab/orig/$f" "$f"; done
-    done
-    for rep in 1 2; do
-      for name in "${names[@]}"; do
-        FSDPA_LIBRARY=/tmp/ab/$name.so PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
-          python3 bench/decode_bench.py --rows "${DECODE_ROWS:-15}" --fsdpa-only --profile \
-          --out "$OUT/ab/$name-$rep.json" --md "$OUT/ab/$name-$rep.md" --png "$OUT/ab/$name-$rep.png" \
-          >"$OUT/ab/$name-$rep.log" 2>&1
-        grep -E "^\('" "$OUT/ab/$name-$rep.log" | sed "s/^/ab $name #$rep: /" | cut -c1-220 | tee -a "$SUMMARY"
-      done
-    done
+  # AB=1: an A/B of kernel variants (ab_variants) on DECODE_ROWS.
+  if [ "${AB:-0}" = 1 ]; then
+    ab_variants decode_ab_run
   fi
+fi
+# `variants`: the same A/B of kernel variants on the soft cap row of
+# compare_torch.py (with and without the cap), nothing else.
+if [ "$STAGES" = variants ]; then
+  ab_variants softcap_ab_run
 fi
 
 # ------------------------------------------------------------------ ecosystem
@@ -396,8 +425,13 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   say "racecheck decode: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/sanitizer.log" | tail -1) ($(($(date +%s) - t0)) s sanitizers)"
 fi
 
-tar czf "$FINAL_OUT/results.tgz" -C "$OUT" .
+# The SASS dump stays out of the archive (it alone outgrows what the device
+# tool brings back); the test log and the bench tables also come back alone.
+tar czf "$FINAL_OUT/results.tgz" -C "$OUT" --exclude=sass.txt.gz .
 cp "$SUMMARY" "$FINAL_OUT/summary.txt"
+[ -f "$OUT/tests.log" ] && gzip -c "$OUT/tests.log" >"$FINAL_OUT/tests.log.gz"
+for f in "$OUT"/bench/*.md "$OUT"/ab/*-ab.md; do [ -f "$f" ] && cp "$f" "$FINAL_OUT/"; done
+true
 # The coverage stage's reports also on their own: results.tgz can pass the
 # tool's 16 MB a file (the SASS and sanitizer logs of a full build).
 if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ]; then
