@@ -30,6 +30,15 @@ Verdict fused_supports(const Problem& problem, const Options& options);
 void fused_configure(const Problem& problem, Plan& plan);
 void fused_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
+// ------------------------------------------------------------ no head dims
+
+// Whether a call writes only its LSE, having no head dims (Dqk = Dv = 0):
+// both CPU paths then run lse_only_launch, which needs no workspace and
+// whose time does not grow with Lk where the mask (if any) is the same for
+// every key of a row.
+bool lse_only(const Problem& problem);
+void lse_only_launch(const Problem& problem, const Options& options, const Tensors& tensors);
+
 // Worker threads for the CPU backend: FSDPA_NUM_THREADS if set, else the
 // hardware concurrency.
 int default_num_threads();

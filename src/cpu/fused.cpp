@@ -172,9 +172,10 @@ void fused_configure(const Problem& problem, Plan& plan) {
   plan.head_dim_qk_bucket = 0;
   plan.head_dim_v_bucket = 0;
   plan.pad_ratio = 1.0;
-  // Nothing to write (writes_output): nothing runs, so no tiles and no
-  // workspace, however large the sizes the tiling would multiply.
-  if (!writes_output(problem)) return;
+  // Nothing to write (writes_output), or only the LSE of rows without head
+  // dims (lse_only): no tiles and no workspace, however large the sizes the
+  // tiling would multiply.
+  if (!writes_output(problem) || lse_only(problem)) return;
   FusedArgs a;
   set_tiling(problem, plan.num_threads, a);
   plan.tile_q = a.heads_per_tile * a.queries_per_tile;
@@ -187,6 +188,7 @@ void fused_configure(const Problem& problem, Plan& plan) {
 void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
   if (!writes_output(p)) return;  // also keeps set_tiling's products in range
+  if (lse_only(p)) return lse_only_launch(p, plan.options, t);
   FusedArgs a;
   set_tiling(p, plan.num_threads, a);
   const int64_t items = item_count(a);

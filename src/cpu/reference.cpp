@@ -113,7 +113,7 @@ Verdict reference_supports(const Problem&, const Options&) { return Verdict::yes
 void reference_configure(const Problem& problem, Plan& plan) {
   plan.num_threads = 1;
   plan.workspace_bytes =
-      writes_output(problem)
+      writes_output(problem) && !lse_only(problem)
           ? static_cast<size_t>(problem.len_k + problem.head_dim_v) * sizeof(double)
           : 0;
 }
@@ -121,6 +121,7 @@ void reference_configure(const Problem& problem, Plan& plan) {
 void reference_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
   if (!writes_output(p)) return;
+  if (lse_only(p)) return lse_only_launch(p, plan.options, t);
   double* scores = static_cast<double*>(workspace);
   double* out_row = scores + p.len_k;
   for_each_row(p, plan.options, t, scores, out_row,

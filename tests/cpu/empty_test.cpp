@@ -1,10 +1,12 @@
 // Empty and degenerate problems on every CPU policy: B, Hq or Lq = 0 do
 // nothing (null data is fine for empty tensors); Lk = 0 writes zeros and
 // lse = -inf (the sink when sinks exist); Dv = 0 still writes lse; Dqk = 0
-// gives uniform attention.
+// gives uniform attention; Dqk = Dv = 0 writes only lse, at any Lk.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -129,6 +131,64 @@ TEST_P(Empty, ZeroKeyDim) {
   c.causal = true;
   run_and_check(c, false);
   run_and_check(c, true);
+}
+
+// Dqk = Dv = 0: only the LSE is written (every score is the mask's value),
+// against the reference's own loop over keys, with masks that vary along the
+// keys, causal masking and windows.
+TEST_P(Empty, ZeroHeadDimsWriteOnlyLse) {
+  for (MaskType mask : {MaskType::None, MaskType::Boolean, MaskType::Additive})
+    for (bool causal : {false, true}) {
+      AttentionCase c = base();
+      c.dqk = c.dv = 0;
+      c.mask = mask;
+      c.masked_rows = mask != MaskType::None;
+      c.causal = causal;
+      c.window = causal ? std::optional<int64_t>(2) : std::nullopt;
+      run_and_check(c, false);
+      run_and_check(c, true);
+    }
+}
+
+// Without head dims no tensor bounds Lk: 2^40 keys run at once (in closed
+// form per row) where the mask is the same for every key of a row.
+TEST(EmptyHugeKeys, ZeroHeadDimsLseInClosedForm) {
+  constexpr int64_t kKeys = int64_t{1} << 40, kRows = 3;
+  const float inf = std::numeric_limits<float>::infinity();
+  float mask_values[kRows] = {0.5f, -inf, std::nanf("")};  // [1, 1, Lq, 1]
+  float sinks[2] = {-1.0f, 2.0f};
+  for (Policy policy : {Policy::ForceFused, Policy::Unfused})
+    for (bool window : {false, true}) {
+      float lse[2 * kRows];
+      Tensors t;
+      t.q = strided_view(nullptr, DType::BF16, {1, 2, kRows, 0}, {0, 0, 0, 1});
+      t.k = strided_view(nullptr, DType::BF16, {1, 1, kKeys, 0}, {0, 0, 0, 1});
+      t.v = t.k;
+      t.out = t.q;
+      t.mask = contiguous_view(mask_values, DType::F32, {1, 1, kRows, 1});
+      t.sinks = contiguous_view(sinks, DType::F32, {2});
+      t.lse = contiguous_view(lse, DType::F32, {1, 2, kRows});
+      Options o;
+      o.policy = policy;
+      o.causal = true;
+      if (window) o.window_left = 5;
+      ASSERT_NO_THROW(attention(t, o)) << to_string(policy);
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < kRows; ++i) {
+          // Visible keys of row i (bottom-right): kKeys - kRows + i + 1, or 6 with the window.
+          const double n = window ? 6.0 : static_cast<double>(kKeys - kRows + i + 1);
+          const double want = i == 0   ? std::log(n * std::exp(0.5) + std::exp(double{sinks[h]}))
+                              : i == 1 ? double{sinks[h]}
+                                       : std::nan("");
+          const float got = lse[h * kRows + i];
+          SCOPED_TRACE(std::string(to_string(policy)) + " head " + std::to_string(h) + " row " +
+                       std::to_string(i) + (window ? " window" : ""));
+          if (std::isnan(want))
+            EXPECT_TRUE(std::isnan(got)) << got;
+          else
+            EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << got;
+        }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, Empty,
