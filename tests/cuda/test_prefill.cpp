@@ -460,6 +460,19 @@ TEST(PrefillSelection, UnalignedRowsRunFusedAndNameTheConstraint) {
   EXPECT_NE(p.fallback_reason.find("rows must have stride 1"), std::string::npos);
 }
 
+// Dv = 0 with an LSE: the prefill kernels would write nothing, so the rows
+// decline and the unfused path writes the LSE.
+TEST(PrefillSelection, ZeroValueDimWithLseRunsUnfused) {
+  Problem p = problem_of(64, 0);
+  p.has_lse = true;
+  Options automatic;
+  automatic.policy = Policy::Auto;
+  const Plan chosen = plan(p, automatic);
+  EXPECT_EQ(chosen.path, Path::Unfused);
+  EXPECT_NE(chosen.fallback_reason.find("head_dim_v=0 with lse"), std::string::npos)
+      << chosen.fallback_reason;
+}
+
 TEST(PrefillSelection, BucketsAndPadRatio) {
   if (!compiled_exactly(80, 80)) GTEST_SKIP() << "80 bucket not compiled";
   const Plan p = plan(problem_of(72, 72), forced());

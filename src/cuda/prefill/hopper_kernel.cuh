@@ -238,6 +238,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     for (int kk = 0; kk < kTileK / 16; ++kk) p_fragment<T>(pa[kk], s[0], kk);
   };
 
+  // Tile 0 (no P V to issue yet) apart from the loop: a branch between a
+  // wgmma's issue and its wait makes ptxas serialize the wgmmas (C7514).
   barrier_wait(q_barrier, 0);
   if (num_tiles > 0) {
     if (consumer == 1) pass_turn();

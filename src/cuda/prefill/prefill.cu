@@ -82,6 +82,12 @@ Verdict prefill_layout_and_size(const Problem& p) {
   if (p.head_dim_v > kLargestHeadDimV)
     return Verdict::no("head_dim_v=" + str(p.head_dim_v) + " exceeds the largest fused size " +
                        str(kLargestHeadDimV));
+  // With Dv = 0 the kernels would return before writing anything: an LSE
+  // asked for goes to the unfused path.
+  if (p.head_dim_v == 0 && p.has_lse)
+    return Verdict::no(
+        "head_dim_v=0 with lse: the prefill kernels write no rows without output "
+        "columns");
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   if (p.len_q > kIntMax || p.len_k > kIntMax)
     return Verdict::no("len_q=" + str(p.len_q) + ", len_k=" + str(p.len_k) +
