@@ -8,7 +8,7 @@
 
 namespace fsdpa::detail::cuda {
 
-// The wgmma row (sm_90a builds, sm_90 devices, 16-byte aligned rows) and the
+// The wgmma row (sm_90a builds, sm_90 devices, rows aligned to 4 bytes) and the
 // mma.sync row (sm_80+, any alignment): bf16/f16, the same compiled bucket
 // pairs but 576/256, which only the mma.sync kernel's tiles fit.
 Verdict prefill_hopper_supports(const Problem& problem, const Options& options);
