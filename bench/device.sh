@@ -15,10 +15,15 @@
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
 #                DECODE_ROW_PROCESSES=1 runs each decode bench row in its own process,
-#                as `all` and `bench` always do for the decode table)
+#                as `all` and `bench` always do for the decode table;
+#                for `coverage`: COVERAGE_TESTS=0 runs its benches alone,
+#                FULL_PREFILL_TABLE=1 adds the main prefill table, AB_BASE=1 the
+#                A/B against .devbuild/base.tgz, COVERAGE_DECODE_SANITIZE=0 skips
+#                the decode sanitizers)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
+# `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
 # `coverage` is the loop for the head dims above 256 and the soft cap: the
 # prefill, unfused and decode GPU tests, decode-vs-prefill, memcheck and
 # racecheck on the column-slice kernels, and compare_torch.py --large.

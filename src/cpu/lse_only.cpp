@@ -45,7 +45,7 @@ bool lse_only(const Problem& p) {
 }
 
 void lse_only_launch(const Problem& p, const Options& options, const Tensors& t) {
-  if (!t.lse) return;
+  if (!t.lse) throw Error("fsdpa: internal: lse_only_launch for a call without lse");
   const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
   const bool varies_along_keys = p.mask != MaskKind::None && mask.strides[3] != 0;
   for (int64_t b = 0; b < p.batch; ++b)

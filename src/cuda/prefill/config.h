@@ -99,6 +99,10 @@ constexpr int kHopperWarpgroups = 2;  // consumers
 constexpr int kHopperThreads = (kHopperWarpgroups + 1) * 128;
 constexpr int kHopperTileQ = kHopperWarpgroups * 64;
 constexpr int kHopperStages = 2;
+// The load stage by row alignment (PrefillParams::copy_bytes): TMA boxes for
+// 16 bytes, cp.async pieces of 8 or 4 bytes below, nothing narrower.
+constexpr int kHopperMinRowAlignment = 4;
+constexpr bool hopper_tma_rows(int copy_bytes) { return copy_bytes >= 16; }
 constexpr int kHopperProducerRegisters = 24;
 constexpr int kHopperConsumerRegisters = 240;
 static_assert(kHopperProducerRegisters * 128 + kHopperConsumerRegisters * kHopperWarpgroups * 128 <=

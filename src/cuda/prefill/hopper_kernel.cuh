@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "cuda/common/check.cuh"
@@ -74,7 +75,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   // The load stage: TMA boxes where every row start is 16-byte aligned (one
   // thread issues them), else cp.async pieces of 8 or 4 bytes by the whole
   // producer warpgroup (tensor maps need 16-byte rows).
-  const bool tma = p.copy_bytes >= 16;
+  const bool tma = hopper_tma_rows(p.copy_bytes);
   const uint32_t producer_arrivals = tma ? 1u : 128u;
   if (threadIdx.x == 0) {
     barrier_init(q_barrier, producer_arrivals);
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
       };
       if (p.copy_bytes == 8)
         produce(std::integral_constant<int, 8>{});
-      else
+      else  // 4: the launch refuses any other width
         produce(std::integral_constant<int, 4>{});
     }
     return;
@@ -289,8 +290,11 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
   const MaskSemantics& sem = params.semantics;
   // Tensor maps only for 16-byte-aligned rows; the narrow load stage reads
   // the pointers and strides of the parameters instead.
+  if (params.copy_bytes != 16 && params.copy_bytes != 8 && params.copy_bytes != 4)
+    throw Error("fsdpa: internal: cuda_fused_prefill_hopper launched for " +
+                std::to_string(params.copy_bytes) + "-byte rows (it copies 16, 8 or 4)");
   PrefillMaps maps{};
-  if (params.copy_bytes >= 16)
+  if (hopper_tma_rows(params.copy_bytes))
     maps = {make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q,
                                 params.head_dim_qk, params.q_strides, kHopperTileQ),
             make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,

@@ -174,10 +174,11 @@ void prefill_configure(const Problem& p, Plan& plan) {
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
-  if (p.row_alignment < 4)
+  if (p.row_alignment < kHopperMinRowAlignment)
     return Verdict::no("rows are " + str(p.row_alignment) +
-                       "-byte aligned; the wgmma kernel copies rows in pieces of at least 4 "
-                       "bytes (base pointer and every batch, head and row stride of q, k, v and "
+                       "-byte aligned; the wgmma kernel copies rows in pieces of at least " +
+                       str(kHopperMinRowAlignment) +
+                       " bytes (base pointer and every batch, head and row stride of q, k, v and "
                        "out a multiple of 4 bytes)");
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (!hopper_fits(instance->head_dim_qk_bucket, instance->head_dim_v_bucket))
