@@ -17,6 +17,7 @@ static_assert(FSDPA_DTYPE_F16 == static_cast<int>(fsdpa::DType::F16));
 static_assert(FSDPA_DTYPE_BF16 == static_cast<int>(fsdpa::DType::BF16));
 static_assert(FSDPA_DTYPE_F32 == static_cast<int>(fsdpa::DType::F32));
 static_assert(FSDPA_DTYPE_BOOL == static_cast<int>(fsdpa::DType::Bool));
+static_assert(FSDPA_DTYPE_I32 == static_cast<int>(fsdpa::DType::I32));
 static_assert(FSDPA_DEVICE_CPU == static_cast<int>(fsdpa::DeviceType::CPU));
 static_assert(FSDPA_DEVICE_CUDA == static_cast<int>(fsdpa::DeviceType::CUDA));
 static_assert(FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT == static_cast<int>(fsdpa::CausalAlign::BottomRight));
@@ -36,8 +37,8 @@ static_assert(FSDPA_MAX_RANK == fsdpa::kMaxRank);
 // The layouts the header promises (and the Python wrapper mirrors).
 static_assert(sizeof(fsdpa_tensor) == 88);
 static_assert(sizeof(fsdpa_options) == 48);
-static_assert(sizeof(fsdpa_tensors) == 376);
-static_assert(sizeof(fsdpa_plan_info) == 1312);
+static_assert(sizeof(fsdpa_tensors) == 392);
+static_assert(sizeof(fsdpa_plan_info) == 1336);
 
 struct fsdpa_plan {
   fsdpa::Plan plan;
@@ -133,6 +134,8 @@ fsdpa::Tensors to_tensors(const fsdpa_tensors* t) {
   if (t->mask) tensors.mask = to_view(*t->mask, "mask");
   if (t->sinks) tensors.sinks = to_view(*t->sinks, "sinks");
   if (t->lse) tensors.lse = to_view(*t->lse, "lse");
+  if (t->block_table) tensors.block_table = to_view(*t->block_table, "block_table");
+  if (t->seq_lens_k) tensors.seq_lens_k = to_view(*t->seq_lens_k, "seq_lens_k");
   return tensors;
 }
 
@@ -219,6 +222,10 @@ fsdpa_status fsdpa_plan_get_info(const fsdpa_plan* plan, fsdpa_plan_info* info) 
     i.tile_q = p.tile_q;
     i.tile_k = p.tile_k;
     i.num_kv_splits = p.num_kv_splits;
+    i.page_size = pr.page_size;
+    i.num_pages = pr.num_pages;
+    i.has_seq_lens_k = pr.has_seq_lens_k;
+    i.num_v_slices = static_cast<int32_t>(p.num_v_slices);
     i.workspace_bytes = p.workspace_bytes;
     i.scale = p.scale;
     i.pad_ratio = p.pad_ratio;

@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct layout or a function signature changes. */
-#define FSDPA_ABI_VERSION 2
+#define FSDPA_ABI_VERSION 3
 
 /* ------------------------------------------------------------ status */
 
@@ -55,7 +55,13 @@ enum {
 
 /* ------------------------------------------------------------ enums */
 
-enum { FSDPA_DTYPE_F16 = 0, FSDPA_DTYPE_BF16 = 1, FSDPA_DTYPE_F32 = 2, FSDPA_DTYPE_BOOL = 3 };
+enum {
+  FSDPA_DTYPE_F16 = 0,
+  FSDPA_DTYPE_BF16 = 1,
+  FSDPA_DTYPE_F32 = 2,
+  FSDPA_DTYPE_BOOL = 3,
+  FSDPA_DTYPE_I32 = 4 /* block_table and seq_lens_k only */
+};
 enum { FSDPA_DEVICE_CPU = 0, FSDPA_DEVICE_CUDA = 1 };
 enum { FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT = 0, FSDPA_CAUSAL_ALIGN_TOP_LEFT = 1 };
 enum {
@@ -78,7 +84,7 @@ typedef struct fsdpa_tensor {
   int32_t dtype;        /* FSDPA_DTYPE_* */
   int32_t device_type;  /* FSDPA_DEVICE_* */
   int32_t device_index; /* CUDA ordinal; 0 for the CPU */
-  int32_t rank;         /* 4 for q/k/v/out/mask, 3 for lse, 1 for sinks */
+  int32_t rank; /* 4 for q/k/v/out/mask, 3 for lse, 2 for block_table, 1 for sinks, seq_lens_k */
   int64_t sizes[FSDPA_MAX_RANK];
   int64_t strides[FSDPA_MAX_RANK]; /* in elements */
 } fsdpa_tensor;
@@ -101,15 +107,19 @@ typedef struct fsdpa_options {
   { 0, 0, 0.0, FSDPA_CAUSAL_ALIGN_BOTTOM_RIGHT, 0, 0, FSDPA_POLICY_DEFAULT, 0, 0.0 }
 
 /* The tensors of one call (fsdpa::Tensors). out and *lse are written. The
- * optional ones are absent when their pointer is NULL. 376 bytes. */
+ * optional ones are absent when their pointer is NULL. With block_table, k
+ * and v are page pools [num_pages, page_size, Hkv, D] and key j of sequence
+ * b is row j % page_size of page block_table[b, j / page_size]. 392 bytes. */
 typedef struct fsdpa_tensors {
-  fsdpa_tensor q;            /* [B, Hq, Lq, Dqk] */
-  fsdpa_tensor k;            /* [B, Hkv, Lk, Dqk] */
-  fsdpa_tensor v;            /* [B, Hkv, Lk, Dv] */
-  fsdpa_tensor out;          /* [B, Hq, Lq, Dv], same dtype as q */
-  const fsdpa_tensor* mask;  /* [B|1, Hq|1, Lq, Lk]; bool = keep, else additive */
-  const fsdpa_tensor* sinks; /* [Hq] f32 */
-  const fsdpa_tensor* lse;   /* [B, Hq, Lq] f32, written */
+  fsdpa_tensor q;                  /* [B, Hq, Lq, Dqk] */
+  fsdpa_tensor k;                  /* [B, Hkv, Lk, Dqk], paged [num_pages, page_size, Hkv, Dqk] */
+  fsdpa_tensor v;                  /* [B, Hkv, Lk, Dv], paged [num_pages, page_size, Hkv, Dv] */
+  fsdpa_tensor out;                /* [B, Hq, Lq, Dv], same dtype as q */
+  const fsdpa_tensor* mask;        /* [B|1, Hq|1, Lq, Lk]; bool = keep, else additive */
+  const fsdpa_tensor* sinks;       /* [Hq] f32 */
+  const fsdpa_tensor* lse;         /* [B, Hq, Lq] f32, written */
+  const fsdpa_tensor* block_table; /* [B, max_pages] i32: a paged KV cache */
+  const fsdpa_tensor* seq_lens_k;  /* [B] i32: keys per sequence, each in [0, Lk] */
 } fsdpa_tensors;
 
 #define FSDPA_KERNEL_NAME_CAPACITY 128
@@ -117,7 +127,7 @@ typedef struct fsdpa_tensors {
 
 /* The facts of a plan (fsdpa::Plan). Strings are NUL-terminated; a string
  * longer than its array is cut and ends in "..." (fsdpa_plan_explain() has
- * the full text). 1312 bytes. */
+ * the full text). 1336 bytes. */
 typedef struct fsdpa_plan_info {
   int32_t backend;     /* FSDPA_BACKEND_* */
   int32_t path;        /* FSDPA_PATH_* */
@@ -141,6 +151,10 @@ typedef struct fsdpa_plan_info {
   int64_t tile_q;
   int64_t tile_k;
   int64_t num_kv_splits;
+  int64_t page_size; /* paged KV cache: keys per page; 0 when k and v are dense */
+  int64_t num_pages; /* pages in the pool (0 when dense) */
+  int32_t has_seq_lens_k;
+  int32_t num_v_slices;     /* Dv in this many column slices (fused prefill above Dv=256) */
   uint64_t workspace_bytes; /* what fsdpa_run needs */
   double scale;             /* resolved */
   double pad_ratio;         /* (bucket_qk + bucket_v) * Dv slices / (Dqk + Dv) */

@@ -8,6 +8,11 @@
 //   mask [B|1, Hq|1, Lq, Lk] additive (f16/bf16/f32) or boolean (true = keep)
 //   sinks [Hq] float32
 //
+// A paged KV cache: k [num_pages, page_size, Hkv, Dqk], v [num_pages,
+// page_size, Hkv, Dv] page pools with block_table [B, max_pages] int32; key j
+// of sequence b is row j % page_size of page block_table[b, j / page_size].
+// seq_lens_k [B] int32 (paged or dense): sequence b has that many keys.
+//
 // out_i = sum_j softmax_j(cap(scale * q_i . k_j) + mask_ij) v_j (cap: the optional
 // soft cap c * tanh(x / c)), with causal and
 // sliding-window masking, sinks in the denominator, fully masked rows = 0.
@@ -49,7 +54,8 @@ class DeviceError : public Error {
 
 // --------------------------------------------------------------- tensors
 
-enum class DType : uint8_t { F16 = 0, BF16 = 1, F32 = 2, Bool = 3 };
+// I32: the block table and the sequence lengths of a paged or ragged call only.
+enum class DType : uint8_t { F16 = 0, BF16 = 1, F32 = 2, Bool = 3, I32 = 4 };
 enum class DeviceType : uint8_t { CPU = 0, CUDA = 1 };
 
 struct Device {
@@ -117,6 +123,19 @@ struct Tensors {
   std::optional<TensorView> mask;   // [B|1, Hq|1, Lq, Lk]; Bool = keep, else additive
   std::optional<TensorView> sinks;  // [Hq] f32
   std::optional<TensorView> lse;    // [B, Hq, Lq] f32
+  // A paged KV cache: k and v are page pools [num_pages, page_size, Hkv, D]
+  // and key j of sequence b is row j % page_size of page
+  // block_table[b, j / page_size]; the key capacity Lk is max_pages *
+  // page_size. Ids of the pages a sequence uses must be in [0, num_pages).
+  std::optional<TensorView> block_table;  // [B, max_pages] i32
+  // Keys per sequence (paged or dense k/v): sequence b sees keys
+  // [0, seq_lens_k[b]), each in [0, Lk]; causal alignment and windows use
+  // that length. Absent: every sequence has Lk keys.
+  std::optional<TensorView> seq_lens_k;  // [B] i32
+  // Where the block table and the lengths are in host memory, describe()
+  // checks every id and length a call uses; on the GPU they are read by the
+  // kernels, which clamp an id into the pool and a length into [0, Lk]
+  // rather than read outside the tensors.
 };
 
 // --------------------------------------------------------------- planning
@@ -149,6 +168,12 @@ struct Problem {
   bool matrices_blas_compatible = true;
   // v is a view of the first Dv columns of k (MLA absorbed decode).
   bool v_aliases_k = false;
+  // Paged KV cache (Tensors::block_table): the rows per page (0: dense k/v)
+  // and the pool's pages; len_k is then the table's capacity in keys.
+  int64_t page_size = 0;
+  int64_t num_pages = 0;
+  // Per-sequence key lengths (Tensors::seq_lens_k) are given.
+  bool has_seq_lens_k = false;
 };
 
 // Validates the tensors and options and derives the Problem.

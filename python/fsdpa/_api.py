@@ -78,7 +78,7 @@ class _Call:
     """The fsdpa_tensors of one call, with every array it points into kept
     alive, and the outputs (allocated here unless given)."""
 
-    def __init__(self, q, k, v, mask, sinks, out, return_lse):
+    def __init__(self, q, k, v, mask, sinks, out, return_lse, block_table=None, seq_lens_k=None):
         _check_bool("return_lse", return_lse)
         self.q = _arrays.view("q", q)
         k_view = _arrays.view("k", k)
@@ -102,6 +102,11 @@ class _Call:
             sinks_view = _arrays.view("sinks", sinks)
             self.views.append(sinks_view)
             self.struct.sinks = ctypes.pointer(sinks_view.struct)
+        for name, array in (("block_table", block_table), ("seq_lens_k", seq_lens_k)):
+            if array is not None:
+                index_view = _arrays.view(name, array)
+                self.views.append(index_view)
+                setattr(self.struct, name, ctypes.pointer(index_view.struct))
         if return_lse:
             shape = tuple(q.shape[:3]) if len(q.shape) == 4 else (0, 0, 0)
             self.lse = _arrays.empty_like_kind(q, shape, float32=True, like_view=self.q)
@@ -127,7 +132,7 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
               causal_align: str = "bottom_right", window_left: int | None = None,
               mask: Any = None, sinks: Any = None, policy: str | None = None,
               allow_tf32: bool = False, softcap: float | None = None, return_lse: bool = False,
-              out: Any = None) -> Any:
+              out: Any = None, block_table: Any = None, seq_lens_k: Any = None) -> Any:
     """Scaled-dot-product attention (docs/design.md).
 
     q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv]: numpy arrays
@@ -140,6 +145,13 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
     or 0 for none. policy: "auto", "fused", "unfused" or None (the
     FSDPA_POLICY environment variable, else auto).
 
+    A paged KV cache: k [num_pages, page_size, Hkv, Dqk] and v [num_pages,
+    page_size, Hkv, Dv] page pools with block_table [B, max_pages] int32 (key
+    j of sequence b is row j % page_size of page block_table[b, j //
+    page_size]). seq_lens_k [B] int32 (paged or dense k/v): sequence b has
+    that many keys, each at most Lk (max_pages * page_size when paged);
+    causal alignment and windows use each sequence's own length.
+
     Returns out [B, Hq, Lq, Dv] in q's framework (written into `out` when
     given), or (out, lse) with lse [B, Hq, Lq] float32 when return_lse.
 
@@ -151,12 +163,13 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
     options_key = (scale, type(scale), causal, type(causal), causal_align, window_left,
                    type(window_left), policy, allow_tf32, type(allow_tf32), softcap,
                    type(softcap))
-    fast = _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key)
+    fast = _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_table,
+                           seq_lens_k)
     if fast is not None:
         return fast
     options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
     _check_no_grad((("q", q), ("k", k), ("v", v)))
-    call = _Call(q, k, v, mask, sinks, out, return_lse)
+    call = _Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k)
     lib = _capi.library()
     stream = _arrays.current_stream(call.q)
     _capi.check(lib.fsdpa_attention(ctypes.addressof(call.struct), ctypes.byref(options), stream))
@@ -188,14 +201,15 @@ def _remember(key, entry):
             break
 
 
-def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key):
+def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_table=None,
+                    seq_lens_k=None):
     """attention() through the cache for numpy arrays or torch tensors only
     (exact types, no subclasses); None when the call takes the general path."""
     numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
     kind = type(q)
     if type(k) is not kind or type(v) is not kind:
         return None
-    arrays = (q, k, v, mask, sinks, out)
+    arrays = (q, k, v, mask, sinks, out, block_table, seq_lens_k)
     for array in arrays[3:]:
         if array is not None and type(array) is not kind:
             return None
@@ -229,7 +243,8 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key):
         scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, _, softcap, _ = (
             options_key)
         options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
-        entry = _Entry(_Call(q, k, v, mask, sinks, out, return_lse), options)
+        entry = _Entry(_Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k),
+                       options)
         _remember(key, entry)
     return entry.run(q, pointers, out)
 
@@ -238,14 +253,16 @@ class _Block(ctypes.Structure):
     """An fsdpa_tensors with the optional views it points to, in one buffer."""
 
     _fields_ = [("tensors", _capi.Tensors), ("mask", _capi.Tensor), ("sinks", _capi.Tensor),
-                ("lse", _capi.Tensor)]
+                ("lse", _capi.Tensor), ("block_table", _capi.Tensor),
+                ("seq_lens_k", _capi.Tensor)]
 
 
 # The same buffer as 8-byte words, for writing its pointers one by one: every
 # pointer of it sits at a multiple of 8 (checked here, not by assert, which
 # python -O drops).
-if not (all(field.offset % 8 == 0 for field in (_capi.Tensor.data, _capi.Tensors.mask,
-                                                _capi.Tensors.sinks, _capi.Tensors.lse))
+_OPTIONAL_NAMES = ("mask", "sinks", "lse", "block_table", "seq_lens_k")
+if not (all(getattr(_capi.Tensors, name).offset % 8 == 0 for name in _OPTIONAL_NAMES)
+        and _capi.Tensor.data.offset % 8 == 0
         and ctypes.sizeof(_capi.Tensor) % 8 == 0 and ctypes.sizeof(_capi.Tensors) % 8 == 0):
     raise ImportError("fsdpa: internal: fsdpa_tensors pointers are not 8-byte aligned")
 _Words = ctypes.c_uint64 * (ctypes.sizeof(_Block) // 8)
@@ -262,7 +279,7 @@ def _field_offset(*path):
 
 _DATA = {name: _field_offset("tensors", name, "data") for name in ("q", "k", "v", "out")}
 _OPTIONAL = {name: (_field_offset("tensors", name), _field_offset(name),
-                    _field_offset(name, "data")) for name in ("mask", "sinks", "lse")}
+                    _field_offset(name, "data")) for name in _OPTIONAL_NAMES}
 
 
 class _Plan:
@@ -293,7 +310,7 @@ class _Entry:
         self.lib = _capi.library()
         block = _Block()
         block.tensors = call.struct
-        present = {"mask": call.struct.mask, "sinks": call.struct.sinks, "lse": call.struct.lse}
+        present = {name: getattr(call.struct, name) for name in _OPTIONAL_NAMES}
         for name, pointer in present.items():
             if pointer:
                 setattr(block, name, pointer.contents)
@@ -313,7 +330,8 @@ class _Entry:
 
     def run(self, q, pointers, out):
         """Launches on new arrays of the entry's layout: `pointers` are the
-        data addresses of q, k, v, mask, sinks and out (0 for absent ones)."""
+        data addresses of q, k, v, mask, sinks, out, block_table and
+        seq_lens_k (0 for absent ones)."""
         data_pointer = _arrays.data_pointer
         if out is None:
             out = _arrays.empty_like_kind(q, self.out_shape)
@@ -324,7 +342,8 @@ class _Entry:
         block = _Words.from_buffer_copy(self.template)
         base = ctypes.addressof(block)
         optional = {"mask": pointers[3], "sinks": pointers[4],
-                    "lse": data_pointer(lse) if lse is not None else 0}
+                    "lse": data_pointer(lse) if lse is not None else 0,
+                    "block_table": pointers[6], "seq_lens_k": pointers[7]}
         values = [pointers[0], pointers[1], pointers[2], pointers[5]]
         values += [base + _OPTIONAL[name][1] for name in self.present]
         values += [optional[name] for name in self.present]
@@ -368,6 +387,10 @@ class PlanInfo:
     tile_q: int
     tile_k: int
     num_kv_splits: int
+    page_size: int  # paged KV cache: keys per page; 0 when dense
+    num_pages: int
+    has_seq_lens_k: bool
+    num_v_slices: int
     num_threads: int
     workspace_bytes: int
     scale: float  # resolved
@@ -405,6 +428,10 @@ def _plan_info(lib, handle):
         tile_q=info.tile_q,
         tile_k=info.tile_k,
         num_kv_splits=info.num_kv_splits,
+        page_size=info.page_size,
+        num_pages=info.num_pages,
+        has_seq_lens_k=bool(info.has_seq_lens_k),
+        num_v_slices=info.num_v_slices,
         num_threads=info.num_threads,
         workspace_bytes=info.workspace_bytes,
         scale=info.scale,
@@ -416,12 +443,13 @@ def _plan_info(lib, handle):
 def plan(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
          causal_align: str = "bottom_right", window_left: int | None = None, mask: Any = None,
          sinks: Any = None, policy: str | None = None, allow_tf32: bool = False,
-         softcap: float | None = None, return_lse: bool = False, out: Any = None) -> PlanInfo:
+         softcap: float | None = None, return_lse: bool = False, out: Any = None,
+         block_table: Any = None, seq_lens_k: Any = None) -> PlanInfo:
     """The plan attention() would run with the same arguments, as a PlanInfo.
     Nothing is computed (out is allocated when not given, to plan for its
     layout)."""
     options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
-    call = _Call(q, k, v, mask, sinks, out, return_lse)
+    call = _Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k)
     lib = _capi.library()
     handle = ctypes.c_void_p()
     _capi.check(lib.fsdpa_plan_create(ctypes.addressof(call.struct), ctypes.byref(options),
@@ -468,10 +496,12 @@ class Prepared:
 def prepare(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
             causal_align: str = "bottom_right", window_left: int | None = None, mask: Any = None,
             sinks: Any = None, policy: str | None = None, allow_tf32: bool = False,
-            softcap: float | None = None, return_lse: bool = False, out: Any = None) -> Prepared:
+            softcap: float | None = None, return_lse: bool = False, out: Any = None,
+            block_table: Any = None, seq_lens_k: Any = None) -> Prepared:
     """Plans once and returns a Prepared call (same arguments as attention())."""
     options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
-    return Prepared(_Call(q, k, v, mask, sinks, out, return_lse), options)
+    return Prepared(_Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k),
+                    options)
 
 
 def support_matrix() -> str:

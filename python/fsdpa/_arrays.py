@@ -31,6 +31,8 @@ def _numpy_dtype_code(dtype):
         return _capi.DTYPE_F32
     if kind_and_size == ("b", 1):
         return _capi.DTYPE_BOOL
+    if kind_and_size == ("i", 4):
+        return _capi.DTYPE_I32
     # ml_dtypes' bfloat16 (what JAX and others use): a 2-byte dtype named so.
     if dtype.name == "bfloat16" and dtype.itemsize == 2:
         return _capi.DTYPE_BF16
@@ -44,6 +46,7 @@ def _torch_dtype_code(dtype):
         torch.bfloat16: _capi.DTYPE_BF16,
         torch.float32: _capi.DTYPE_F32,
         torch.bool: _capi.DTYPE_BOOL,
+        torch.int32: _capi.DTYPE_I32,
     }.get(dtype)
 
 
@@ -90,7 +93,8 @@ def view(name, array, *, writable=False, rank_at_least=0):
         if code is None:
             raise InvalidArgument(
                 f"fsdpa: {name}: numpy dtype {array.dtype} is not supported; use float16, "
-                "float32, ml_dtypes.bfloat16 (or bool for a mask)")
+                "float32, ml_dtypes.bfloat16 (bool for a mask, int32 for block_table and "
+                "seq_lens_k)")
         if writable and not array.flags.writeable:
             raise InvalidArgument(f"fsdpa: {name}: the array is read-only")
         itemsize = array.itemsize
@@ -112,7 +116,7 @@ def view(name, array, *, writable=False, rank_at_least=0):
         if code is None:
             raise InvalidArgument(
                 f"fsdpa: {name}: torch dtype {array.dtype} is not supported; use float16, "
-                "bfloat16, float32 (or bool for a mask)")
+                "bfloat16, float32 (bool for a mask, int32 for block_table and seq_lens_k)")
         device = array.device
         if device.type == "cpu":
             struct.device_type, index = _capi.DEVICE_CPU, 0
@@ -142,7 +146,7 @@ def view(name, array, *, writable=False, rank_at_least=0):
 _DL_CPU, _DL_CUDA = 1, 2
 _DL_FLAG_READ_ONLY = 1
 _DL_DTYPES = {(2, 16): _capi.DTYPE_F16, (4, 16): _capi.DTYPE_BF16, (2, 32): _capi.DTYPE_F32,
-              (6, 8): _capi.DTYPE_BOOL}
+              (6, 8): _capi.DTYPE_BOOL, (0, 32): _capi.DTYPE_I32}
 
 
 class _DLDevice(ctypes.Structure):
@@ -222,7 +226,7 @@ def _dlpack_view(name, array, struct, writable, rank_at_least):
         raise InvalidArgument(
             f"fsdpa: {name}: DLPack dtype (code {t.dtype.code}, {t.dtype.bits} bits, "
             f"{t.dtype.lanes} lanes) is not supported; use float16, bfloat16, float32 "
-            "(or bool for a mask)")
+            "(bool for a mask, int32 for block_table and seq_lens_k)")
     shape = [t.shape[d] for d in range(t.ndim)]
     if t.strides:
         strides = [t.strides[d] for d in range(t.ndim)]

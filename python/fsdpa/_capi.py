@@ -10,19 +10,20 @@ from pathlib import Path
 from ._errors import LibraryNotFound, error_for_status
 
 # Must equal FSDPA_ABI_VERSION of the library (c_api.h).
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 # ------------------------------------------------------------------ constants
 
 OK = 0
 
-DTYPE_F16, DTYPE_BF16, DTYPE_F32, DTYPE_BOOL = 0, 1, 2, 3
+DTYPE_F16, DTYPE_BF16, DTYPE_F32, DTYPE_BOOL, DTYPE_I32 = 0, 1, 2, 3, 4
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 CAUSAL_ALIGN_BOTTOM_RIGHT, CAUSAL_ALIGN_TOP_LEFT = 0, 1
 POLICY_DEFAULT, POLICY_AUTO, POLICY_FUSED, POLICY_UNFUSED = -1, 0, 1, 2
 BACKEND_CPU, BACKEND_CUDA = 0, 1
 
-DTYPE_NAMES = {DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_F32: "f32", DTYPE_BOOL: "bool"}
+DTYPE_NAMES = {DTYPE_F16: "f16", DTYPE_BF16: "bf16", DTYPE_F32: "f32", DTYPE_BOOL: "bool",
+               DTYPE_I32: "i32"}
 DEVICE_NAMES = {DEVICE_CPU: "cpu", DEVICE_CUDA: "cuda"}
 POLICY_NAMES = {POLICY_AUTO: "auto", POLICY_FUSED: "fused", POLICY_UNFUSED: "unfused"}
 BACKEND_NAMES = {BACKEND_CPU: "cpu", BACKEND_CUDA: "cuda"}
@@ -69,6 +70,8 @@ class Tensors(ctypes.Structure):
         ("mask", ctypes.POINTER(Tensor)),
         ("sinks", ctypes.POINTER(Tensor)),
         ("lse", ctypes.POINTER(Tensor)),
+        ("block_table", ctypes.POINTER(Tensor)),
+        ("seq_lens_k", ctypes.POINTER(Tensor)),
     ]
 
 
@@ -100,6 +103,10 @@ class PlanInfo(ctypes.Structure):
         ("tile_q", ctypes.c_int64),
         ("tile_k", ctypes.c_int64),
         ("num_kv_splits", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("has_seq_lens_k", ctypes.c_int32),
+        ("num_v_slices", ctypes.c_int32),
         ("workspace_bytes", ctypes.c_uint64),
         ("scale", ctypes.c_double),
         ("pad_ratio", ctypes.c_double),
@@ -109,7 +116,7 @@ class PlanInfo(ctypes.Structure):
 
 
 # The sizes c_api.h states; a mismatch means this file and the header differ.
-STRUCT_SIZES = {Tensor: 88, Options: 48, Tensors: 376, PlanInfo: 1312}
+STRUCT_SIZES = {Tensor: 88, Options: 48, Tensors: 392, PlanInfo: 1336}
 
 # ------------------------------------------------------------------ loading
 

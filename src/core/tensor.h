@@ -41,6 +41,8 @@ inline float load_as_float(const void* data, DType dtype, int64_t offset) {
       // As bytes: any nonzero byte means true (a bool object holding 2 would be
       // undefined behaviour).
       return static_cast<const uint8_t*>(data)[offset] != 0 ? 1.0f : 0.0f;
+    case DType::I32:  // indices (block table, lengths): read_element<int32_t>
+      break;
   }
   throw Error("fsdpa: internal: load_as_float of unknown dtype");
 }
@@ -57,6 +59,7 @@ inline void store_from_float(void* data, DType dtype, int64_t offset, float valu
       write_element<uint16_t>(data, offset, float_to_bf16(value));
       return;
     case DType::Bool:
+    case DType::I32:
       break;
   }
   throw Error("fsdpa: internal: store_from_float to unsupported dtype");

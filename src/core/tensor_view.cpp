@@ -55,6 +55,8 @@ const char* to_string(DType dtype) {
       return "f32";
     case DType::Bool:
       return "bool";
+    case DType::I32:
+      return "i32";
   }
   return "unknown-dtype";
 }
@@ -75,6 +77,7 @@ size_t element_size(DType dtype) {
     case DType::BF16:
       return 2;
     case DType::F32:
+    case DType::I32:
       return 4;
     case DType::Bool:
       return 1;

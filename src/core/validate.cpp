@@ -10,6 +10,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/kv_cache.h"
 #include "core/tensor.h"
 
 namespace fsdpa {
@@ -32,6 +33,7 @@ bool known(DType dtype) {
     case DType::BF16:
     case DType::F32:
     case DType::Bool:
+    case DType::I32:
       return true;
   }
   return false;
@@ -202,6 +204,46 @@ bool blas_compatible(const TensorView& t, bool row_major_only) {
   return !row_major_only && t.strides[2] == 1 && t.strides[3] >= rows;
 }
 
+// The lengths and page ids a call uses, where the host can read them (CPU
+// tensors): each length in [0, Lk], each id of a page holding one of the
+// sequence's keys in [0, num_pages). Device-resident ones are the kernels'
+// to clamp (KvIndex).
+void check_kv_index(const Tensors& t, const Problem& p) {
+  const bool host = t.q.device.type == DeviceType::CPU;
+  if (!host) {  // the kernels load the indices as int32
+    for (const auto& [view, name] :
+         {std::pair{&t.block_table, "block_table"}, std::pair{&t.seq_lens_k, "seq_lens_k"}})
+      if (*view && reinterpret_cast<uintptr_t>((*view)->data) % 4 != 0)
+        throw_invalid(std::string(name) +
+                      ": a CUDA i32 tensor must be 4-byte aligned, the address is " +
+                      std::to_string(reinterpret_cast<uintptr_t>((*view)->data) % 4) +
+                      " bytes past a multiple of 4");
+    return;
+  }
+  const KvIndex kv = make_kv_index(t, p);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    int64_t len = p.len_k;
+    if (kv.seq_lens_k != nullptr) {
+      len = load_index(kv.seq_lens_k, b * kv.seq_lens_stride);
+      if (len < 0 || len > p.len_k)
+        throw_invalid("seq_lens_k: element " + std::to_string(b) + " is " + std::to_string(len) +
+                      ", expected 0.." + std::to_string(p.len_k) +
+                      (p.page_size > 0 ? " (max_pages * page_size)" : " (k's len_k)"));
+    }
+    if (kv.block_table == nullptr) continue;
+    for (int64_t page = 0; page * p.page_size < len; ++page) {
+      const int64_t id = load_index(
+          kv.block_table, b * kv.block_table_strides[0] + page * kv.block_table_strides[1]);
+      if (id < 0 || id >= p.num_pages)
+        throw_invalid("block_table: element [" + std::to_string(b) + ", " + std::to_string(page) +
+                      "] is " + std::to_string(id) + ", outside the pool's " +
+                      std::to_string(p.num_pages) + " pages (k's size 0); sequence " +
+                      std::to_string(b) + " uses its first " +
+                      std::to_string((len + p.page_size - 1) / p.page_size) + " pages");
+    }
+  }
+}
+
 }  // namespace
 
 int row_alignment(const TensorView& t) {
@@ -220,9 +262,9 @@ int row_alignment(const Tensors& t) {
 
 void check_problem(const Problem& p) {
   const std::pair<const char*, int64_t> sizes[] = {
-      {"batch", p.batch},          {"heads_q", p.heads_q}, {"heads_kv", p.heads_kv},
-      {"len_q", p.len_q},          {"len_k", p.len_k},     {"head_dim_qk", p.head_dim_qk},
-      {"head_dim_v", p.head_dim_v}};
+      {"batch", p.batch},           {"heads_q", p.heads_q},     {"heads_kv", p.heads_kv},
+      {"len_q", p.len_q},           {"len_k", p.len_k},         {"head_dim_qk", p.head_dim_qk},
+      {"head_dim_v", p.head_dim_v}, {"page_size", p.page_size}, {"num_pages", p.num_pages}};
   for (const auto& [what, size] : sizes)
     if (size < 0)
       throw_invalid("problem: " + std::string(what) + " must be >= 0, got " + std::to_string(size));
@@ -231,13 +273,22 @@ void check_problem(const Problem& p) {
                   " is not a multiple of heads_kv=" + std::to_string(p.heads_kv));
   if (!known(p.dtype))
     throw_invalid("problem: unknown dtype value " + std::to_string(static_cast<int>(p.dtype)));
+  if (p.page_size > 0 && p.len_k % p.page_size != 0)
+    throw_invalid("problem: len_k=" + std::to_string(p.len_k) + " is not a multiple of page_size=" +
+                  std::to_string(p.page_size) + " (a paged call's len_k is max_pages * page_size)");
+  if (p.page_size == 0 && p.num_pages != 0)
+    throw_invalid("problem: num_pages=" + std::to_string(p.num_pages) +
+                  " without a page_size (0: dense k and v)");
+  const bool paged = p.page_size > 0;
   struct Span {
     const char* tensor;
     int64_t a, b, c, d;
   };
   const Span spans[] = {{"q", p.batch, p.heads_q, p.len_q, p.head_dim_qk},
-                        {"k", p.batch, p.heads_kv, p.len_k, p.head_dim_qk},
-                        {"v", p.batch, p.heads_kv, p.len_k, p.head_dim_v},
+                        {"k", paged ? p.num_pages : p.batch, paged ? p.page_size : p.heads_kv,
+                         paged ? p.heads_kv : p.len_k, p.head_dim_qk},
+                        {"v", paged ? p.num_pages : p.batch, paged ? p.page_size : p.heads_kv,
+                         paged ? p.heads_kv : p.len_k, p.head_dim_v},
                         {"out", p.batch, p.heads_q, p.len_q, p.head_dim_v}};
   const int64_t bytes = static_cast<int64_t>(element_size(p.dtype));
   for (const Span& s : spans) {
@@ -358,6 +409,13 @@ void check_matches_plan(const Problem& planned, const Problem& actual) {
         "layout)");
   if (planned.v_aliases_k != actual.v_aliases_k)
     throw_invalid("tensors do not match the plan: v aliasing k differs");
+  if (planned.page_size != actual.page_size)
+    differ("page_size", planned.page_size, actual.page_size);
+  if (planned.num_pages != actual.num_pages)
+    differ("num_pages", planned.num_pages, actual.num_pages);
+  if (planned.has_seq_lens_k != actual.has_seq_lens_k)
+    throw_invalid("tensors do not match the plan: seq_lens_k is " +
+                  std::string(actual.has_seq_lens_k ? "given" : "missing"));
 }
 
 }  // namespace detail
@@ -368,13 +426,16 @@ Problem describe(const Tensors& t, const Options& options) {
   using namespace detail;
   check_options(options);
 
+  const bool paged = t.block_table.has_value();
   check_view(t.q, "q", 4, "[B, Hq, Lq, Dqk]");
-  check_view(t.k, "k", 4, "[B, Hkv, Lk, Dqk]");
-  check_view(t.v, "v", 4, "[B, Hkv, Lk, Dv]");
+  check_view(t.k, "k", 4, paged ? "[num_pages, page_size, Hkv, Dqk]" : "[B, Hkv, Lk, Dqk]");
+  check_view(t.v, "v", 4, paged ? "[num_pages, page_size, Hkv, Dv]" : "[B, Hkv, Lk, Dv]");
   check_view(t.out, "out", 4, "[B, Hq, Lq, Dv]");
 
   const TensorView& q = t.q;
-  if (q.dtype == DType::Bool) throw_invalid("q: dtype bool is not supported; use f16, bf16 or f32");
+  if (q.dtype == DType::Bool || q.dtype == DType::I32)
+    throw_invalid(std::string("q: dtype ") + to_string(q.dtype) +
+                  " is not supported; use f16, bf16 or f32");
   for (const auto& [view, name] :
        {std::pair{&t.k, "k"}, std::pair{&t.v, "v"}, std::pair{&t.out, "out"}}) {
     if (view->dtype != q.dtype)
@@ -388,17 +449,38 @@ Problem describe(const Tensors& t, const Options& options) {
   p.heads_q = q.sizes[1];
   p.len_q = q.sizes[2];
   p.head_dim_qk = q.sizes[3];
-  p.heads_kv = t.k.sizes[1];
-  p.len_k = t.k.sizes[2];
   p.head_dim_v = t.v.sizes[3];
   p.dtype = q.dtype;
   p.device = q.device;
 
-  check_size(t.k, "k", 0, "batch", p.batch, "q's batch");
   check_size(t.k, "k", 3, "head_dim_qk", p.head_dim_qk, "q's head_dim_qk");
-  check_size(t.v, "v", 0, "batch", p.batch, "q's batch");
-  check_size(t.v, "v", 1, "heads_kv", p.heads_kv, "k's heads_kv");
-  check_size(t.v, "v", 2, "len_k", p.len_k, "k's len_k");
+  if (paged) {
+    p.num_pages = t.k.sizes[0];
+    p.page_size = t.k.sizes[1];
+    p.heads_kv = t.k.sizes[2];
+    check_size(t.v, "v", 0, "num_pages", p.num_pages, "k's num_pages");
+    check_size(t.v, "v", 1, "page_size", p.page_size, "k's page_size");
+    check_size(t.v, "v", 2, "heads_kv", p.heads_kv, "k's heads_kv");
+    if (p.page_size == 0)
+      throw_invalid("k: page_size (size 1) is 0; a page holds at least one key");
+    const TensorView& bt = *t.block_table;
+    check_view(bt, "block_table", 2, "[B, max_pages]");
+    if (bt.dtype != DType::I32)
+      throw_invalid(std::string("block_table: dtype must be i32, got ") + to_string(bt.dtype));
+    check_same_device(bt, "block_table", q);
+    check_size(bt, "block_table", 0, "batch", p.batch, "q's batch");
+    if (__builtin_mul_overflow(bt.sizes[1], p.page_size, &p.len_k) || p.len_k > kMaxSpanBytes)
+      throw_invalid("block_table: max_pages=" + std::to_string(bt.sizes[1]) +
+                    " times page_size=" + std::to_string(p.page_size) +
+                    " keys exceed 2^52 (the key capacity of a sequence)");
+  } else {
+    p.heads_kv = t.k.sizes[1];
+    p.len_k = t.k.sizes[2];
+    check_size(t.k, "k", 0, "batch", p.batch, "q's batch");
+    check_size(t.v, "v", 0, "batch", p.batch, "q's batch");
+    check_size(t.v, "v", 1, "heads_kv", p.heads_kv, "k's heads_kv");
+    check_size(t.v, "v", 2, "len_k", p.len_k, "k's len_k");
+  }
   check_size(t.out, "out", 0, "batch", p.batch, "q's batch");
   check_size(t.out, "out", 1, "heads_q", p.heads_q, "q's heads_q");
   check_size(t.out, "out", 2, "len_q", p.len_q, "q's len_q");
@@ -408,10 +490,22 @@ Problem describe(const Tensors& t, const Options& options) {
   if (p.heads_kv > 0 && p.heads_q % p.heads_kv != 0)
     throw_invalid("heads: heads_q=" + std::to_string(p.heads_q) +
                   " is not a multiple of heads_kv=" + std::to_string(p.heads_kv));
+  if (t.seq_lens_k) {
+    const TensorView& l = *t.seq_lens_k;
+    check_view(l, "seq_lens_k", 1, "[B]");
+    if (l.dtype != DType::I32)
+      throw_invalid(std::string("seq_lens_k: dtype must be i32, got ") + to_string(l.dtype));
+    check_same_device(l, "seq_lens_k", q);
+    check_size(l, "seq_lens_k", 0, "batch", p.batch, "q's batch");
+    p.has_seq_lens_k = true;
+  }
+  check_kv_index(t, p);
   check_no_zero_stride(t.out, "out");
   check_disjoint(t.out, "out", t.q, "q");
   check_disjoint(t.out, "out", t.k, "k");
   check_disjoint(t.out, "out", t.v, "v");
+  if (t.block_table) check_disjoint(t.out, "out", *t.block_table, "block_table");
+  if (t.seq_lens_k) check_disjoint(t.out, "out", *t.seq_lens_k, "seq_lens_k");
 
   if (t.mask) {
     const TensorView& m = *t.mask;
@@ -421,6 +515,8 @@ Problem describe(const Tensors& t, const Options& options) {
     check_broadcast_size(m, "mask", 1, "heads", p.heads_q, "q's heads_q");
     check_broadcast_size(m, "mask", 2, "len_q", p.len_q, "q's len_q");
     check_broadcast_size(m, "mask", 3, "len_k", p.len_k, "k's len_k");
+    if (m.dtype == DType::I32)
+      throw_invalid("mask: dtype i32 is not supported; use bool (keep) or f16, bf16, f32 (added)");
     p.mask = m.dtype == DType::Bool ? MaskKind::Boolean : MaskKind::Additive;
     p.mask_dtype = m.dtype;
     check_disjoint(t.out, "out", m, "mask");
@@ -453,6 +549,8 @@ Problem describe(const Tensors& t, const Options& options) {
     check_disjoint(l, "lse", t.out, "out");
     if (t.mask) check_disjoint(l, "lse", *t.mask, "mask");
     if (t.sinks) check_disjoint(l, "lse", *t.sinks, "sinks");
+    if (t.block_table) check_disjoint(l, "lse", *t.block_table, "block_table");
+    if (t.seq_lens_k) check_disjoint(l, "lse", *t.seq_lens_k, "seq_lens_k");
     p.has_lse = true;
   }
 
@@ -460,8 +558,10 @@ Problem describe(const Tensors& t, const Options& options) {
   if (t.lse) check_no_self_overlap(*t.lse, "lse");
 
   p.row_alignment = row_alignment(t);
-  p.matrices_blas_compatible = blas_compatible(t.q, false) && blas_compatible(t.k, false) &&
-                               blas_compatible(t.v, false) && blas_compatible(t.out, true);
+  // Page pools are no GEMM operand (the unfused GPU path takes dense k and v).
+  p.matrices_blas_compatible = !paged && blas_compatible(t.q, false) &&
+                               blas_compatible(t.k, false) && blas_compatible(t.v, false) &&
+                               blas_compatible(t.out, true);
   p.v_aliases_k = t.v.data == t.k.data && t.v.strides[0] == t.k.strides[0] &&
                   t.v.strides[1] == t.k.strides[1] && t.v.strides[2] == t.k.strides[2] &&
                   t.v.strides[3] == t.k.strides[3] && p.head_dim_v <= p.head_dim_qk;

@@ -201,8 +201,6 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   a.out = t.out.data;
   for (int d = 0; d < 4; ++d) {
     a.q_strides[d] = t.q.strides[d];
-    a.k_strides[d] = t.k.strides[d];
-    a.v_strides[d] = t.v.strides[d];
     a.out_strides[d] = t.out.strides[d];
   }
   // A tensor without elements (Dqk = 0 for q and k, Lk = 0 for k and v,
@@ -215,8 +213,11 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
     std::fill(std::begin(strides), std::end(strides), 0);
   };
   defined_base(t.q, a.q, a.q_strides);
-  defined_base(t.k, a.k, a.k_strides);
-  defined_base(t.v, a.v, a.v_strides);
+  const bool paged = p.page_size > 0;
+  a.k_roles = kv_strides(t.k, paged);
+  a.v_roles = kv_strides(t.v, paged);
+  if (element_count(t.k) == 0) a.k = no_elements, a.k_roles = {};
+  if (element_count(t.v) == 0) a.v = no_elements, a.v_roles = {};
   defined_base(t.out, a.out, a.out_strides);
   if (t.lse) {
     a.lse = static_cast<float*>(t.lse->data);
@@ -234,6 +235,7 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
     a.sinks = static_cast<const float*>(t.sinks->data);
     a.sinks_stride = t.sinks->strides[0];
   }
+  a.kv = make_kv_index(t, p);
   a.options = plan.options;
   a.scale_log2 = static_cast<float>(plan.scale * 1.44269504088896340736);
   a.softcap_log2 = static_cast<float>(plan.options.softcap * 1.44269504088896340736);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/kv_cache.h"
 #include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail::cpu {
@@ -81,7 +82,7 @@ struct FusedArgs {
   const void* k = nullptr;
   const void* v = nullptr;
   void* out = nullptr;
-  int64_t q_strides[4] = {}, k_strides[4] = {}, v_strides[4] = {}, out_strides[4] = {};
+  int64_t q_strides[4] = {}, out_strides[4] = {};
   float* lse = nullptr;  // null when not requested
   int64_t lse_strides[3] = {};
   MaskKind mask_kind = MaskKind::None;
@@ -90,9 +91,11 @@ struct FusedArgs {
   int64_t mask_strides[4] = {};  // 0 in broadcast dims
   const float* sinks = nullptr;  // null when absent
   int64_t sinks_stride = 0;
-  Options options;            // causal / window, for visible_keys() of core/semantics.h
-  float scale_log2 = 0.0f;    // scale * log2(e), folded into Q
-  float softcap_log2 = 0.0f;  // softcap * log2(e) (base-2 scores); 0: no soft cap
+  KvIndex kv;                  // where each key sits (dense or paged) and each sequence's length
+  KvStrides k_roles, v_roles;  // k's and v's strides by role (kv_strides)
+  Options options;             // causal / window, for visible_keys() of core/semantics.h
+  float scale_log2 = 0.0f;     // scale * log2(e), folded into Q
+  float softcap_log2 = 0.0f;   // softcap * log2(e) (base-2 scores); 0: no soft cap
   // Tiling (fused_layout in fused.cpp).
   int64_t heads_per_tile = 1;  // query heads of one kv group per tile
   int64_t head_chunks = 1;     // ceil(group / heads_per_tile)
@@ -398,7 +401,8 @@ void apply_mask(const FusedArgs& a, int64_t b, int64_t h, int64_t i, int64_t k0,
       return;
     }
     case DType::Bool:
-      return;  // not reachable: a Bool mask has mask_kind Boolean
+    case DType::I32:
+      return;  // not reachable: a Bool mask has mask_kind Boolean, describe() rejects I32
   }
 }
 
@@ -540,11 +544,12 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
       col[d * rp] = widen<D>(load_element(src + d * s3)) * a.scale_log2;
   }
 
-  // Visible key ranges; the item streams the union.
-  int64_t k_begin = a.len_k, k_end = 0;      // union
-  int64_t all_begin = 0, all_end = a.len_k;  // intersection
+  // Visible key ranges of this sequence's keys; the item streams the union.
+  const int64_t len_k = sequence_len_k(a.kv, b);
+  int64_t k_begin = len_k, k_end = 0;      // union
+  int64_t all_begin = 0, all_end = len_k;  // intersection
   for (int64_t r = 0; r < rows; ++r) {
-    const KeyRange range = visible_keys(a.options, a.len_q, a.len_k, i0 + r / nh);
+    const KeyRange range = visible_keys(a.options, a.len_q, len_k, i0 + r / nh);
     w.vb[r] = range.begin;
     w.ve[r] = imax(range.begin, range.end);
     if (w.ve[r] > w.vb[r]) {
@@ -567,16 +572,18 @@ void run_item(const FusedArgs& a, std::byte* raw, int64_t unit) {
   for (int64_t e = 0; e < rows * a.dv_pad; ++e) w.o[e] = 0.0f;
   for (int64_t e = 0; e < a.tile_keys * a.dv_pad; ++e) w.vf[e] = 0.0f;
 
-  const T* k_base = static_cast<const T*>(a.k) + b * a.k_strides[0] + g * a.k_strides[1];
-  const T* v_base = static_cast<const T*>(a.v) + b * a.v_strides[0] + g * a.v_strides[1];
+  const T* k_base = static_cast<const T*>(a.k);
+  const T* v_base = static_cast<const T*>(a.v);
 
   for (int64_t k0 = k_begin; k0 < k_end; k0 += a.tile_keys) {
     const int64_t keys = imin(a.tile_keys, k_end - k0);
 
     // K and V rows of the tile to f32.
     for (int64_t j = 0; j < keys; ++j) {
-      load_row<D>(k_base, (k0 + j) * a.k_strides[2], a.k_strides[3], a.dqk, w.kf + j * a.dqk_pad);
-      load_row<D>(v_base, (k0 + j) * a.v_strides[2], a.v_strides[3], a.dv, w.vf + j * a.dv_pad);
+      load_row<D>(k_base, key_row_offset(a.kv, a.k_roles, b, g, k0 + j), a.k_roles.col, a.dqk,
+                  w.kf + j * a.dqk_pad);
+      load_row<D>(v_base, key_row_offset(a.kv, a.v_roles, b, g, k0 + j), a.v_roles.col, a.dv,
+                  w.vf + j * a.dv_pad);
     }
 
     // S^T = K . Q^T (base-2 scores).
@@ -717,6 +724,7 @@ void with_dtype(DType dtype, F&& f) {
     case DType::BF16:
       return f.template operator()<DType::BF16>();
     case DType::Bool:
+    case DType::I32:
       break;
   }
   throw Error("fsdpa: internal: the CPU fused kernel has no instance for dtype value " +

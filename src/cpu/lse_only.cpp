@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/kv_cache.h"
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -48,13 +49,15 @@ void lse_only_launch(const Problem& p, const Options& options, const Tensors& t)
   if (!t.lse) throw Error("fsdpa: internal: lse_only_launch for a call without lse");
   const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
   const bool varies_along_keys = p.mask != MaskKind::None && mask.strides[3] != 0;
-  for (int64_t b = 0; b < p.batch; ++b)
+  const KvIndex kv = make_kv_index(t, p);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t len_k = sequence_len_k(kv, b);
     for (int64_t h = 0; h < p.heads_q; ++h) {
       const double sink = p.has_sinks ? static_cast<double>(load_as_float(t.sinks->data, DType::F32,
                                                                           h * t.sinks->strides[0]))
                                       : kMinusInf;
       for (int64_t i = 0; i < p.len_q; ++i) {
-        const KeyRange visible = visible_keys(options, p.len_q, p.len_k, i);
+        const KeyRange visible = visible_keys(options, p.len_q, len_k, i);
         const int64_t n = std::max<int64_t>(visible.end - visible.begin, 0);
         double lse;
         if (!varies_along_keys) {
@@ -87,6 +90,7 @@ void lse_only_launch(const Problem& p, const Options& options, const Tensors& t)
                          static_cast<float>(lse));
       }
     }
+  }
 }
 
 }  // namespace fsdpa::detail::cpu

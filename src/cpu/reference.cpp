@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "core/kv_cache.h"
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -21,14 +22,18 @@ constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 double reference_row(const Problem& p, const Options& options, double scale, const Tensors& t,
                      int64_t b, int64_t h, int64_t row, double* scores, double* out_row) {
   const int64_t kv_head = h / (p.heads_q / p.heads_kv);
-  const KeyRange visible = visible_keys(options, p.len_q, p.len_k, row);
+  const KvIndex kv = make_kv_index(t, p);
+  const int64_t len_k = sequence_len_k(kv, b);  // this sequence's keys: [0, len_k)
+  const KvStrides k_strides = kv_strides(t.k, p.page_size > 0);
+  const KvStrides v_strides = kv_strides(t.v, p.page_size > 0);
+  const KeyRange visible = visible_keys(options, p.len_q, len_k, row);
   const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
 
   // Scores; -inf marks a key that is masked out. A NaN score of a key the
   // row sees makes the row NaN (std::max would skip it).
   double row_max = kMinusInf;
   bool saw_nan = false;
-  for (int64_t j = 0; j < p.len_k; ++j) {
+  for (int64_t j = 0; j < len_k; ++j) {
     scores[j] = kMinusInf;
     if (j < visible.begin || j >= visible.end) continue;
     double mask_value = 0.0;
@@ -41,10 +46,10 @@ double reference_row(const Problem& p, const Options& options, double scale, con
       if (mask_value == kMinusInf) continue;  // masked: contributes nothing, whatever q.k is
     }
     double dot = 0.0;
+    const int64_t k_row = key_row_offset(kv, k_strides, b, kv_head, j);
     for (int64_t d = 0; d < p.head_dim_qk; ++d)
-      dot +=
-          static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
-          static_cast<double>(load_as_float(t.k.data, p.dtype, offset_of(t.k, b, kv_head, j, d)));
+      dot += static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
+             static_cast<double>(load_as_float(t.k.data, p.dtype, k_row + d * k_strides.col));
     scores[j] = soft_cap(scale * dot, options.softcap) + mask_value;
     if (std::isnan(scores[j])) saw_nan = true;
     row_max = std::max(row_max, scores[j]);
@@ -65,13 +70,14 @@ double reference_row(const Problem& p, const Options& options, double scale, con
   if (row_max == kMinusInf) return kMinusInf;  // fully masked: exactly 0, lse = -inf
 
   double denominator = std::exp(sink - row_max);  // 0 without a sink
-  for (int64_t j = 0; j < p.len_k; ++j) {
+  for (int64_t j = 0; j < len_k; ++j) {
     if (scores[j] == kMinusInf) continue;
     const double weight = std::exp(scores[j] - row_max);
     denominator += weight;
+    const int64_t v_row = key_row_offset(kv, v_strides, b, kv_head, j);
     for (int64_t d = 0; d < p.head_dim_v; ++d)
-      out_row[d] += weight * static_cast<double>(load_as_float(t.v.data, p.dtype,
-                                                               offset_of(t.v, b, kv_head, j, d)));
+      out_row[d] +=
+          weight * static_cast<double>(load_as_float(t.v.data, p.dtype, v_row + d * v_strides.col));
   }
   for (int64_t d = 0; d < p.head_dim_v; ++d) out_row[d] /= denominator;
   return row_max + std::log(denominator);

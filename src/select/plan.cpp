@@ -147,6 +147,9 @@ Plan plan(const Problem& problem, const Options& options) {
   if (unfused_row < 0)
     throw Unsupported(std::string("fsdpa: no kernel: backend ") + to_string(backend) +
                       " has no unfused path yet" + (reasons.empty() ? "" : "; " + reasons));
+  if (const detail::Verdict verdict = table[unfused_row].supports(problem, options); !verdict.ok)
+    throw Unsupported("fsdpa: no kernel: " + reasons + (reasons.empty() ? "" : "; ") +
+                      table[unfused_row].name + ": " + verdict.reason);
   return make_plan(problem, options, policy, unfused_row,
                    policy == Policy::Unfused ? "policy is unfused" : reasons);
 }
@@ -224,6 +227,14 @@ std::string Plan::explain() const {
     << " sinks=" << (pr.has_sinks ? "yes" : "no") << " lse=" << (pr.has_lse ? "yes" : "no")
     << " scale=" << scale
     << " softcap=" << (options.softcap > 0.0 ? std::to_string(options.softcap) : "none") << "\n";
+  if (pr.page_size > 0 || pr.has_seq_lens_k)
+    s << "kv cache  "
+      << (pr.page_size > 0 ? "paged: page_size=" + std::to_string(pr.page_size) + ", " +
+                                 std::to_string(pr.num_pages) + " pages, " +
+                                 std::to_string(pr.len_k / pr.page_size) + " per sequence"
+                           : std::string("dense"))
+      << (pr.has_seq_lens_k ? "; per-sequence lengths (seq_lens_k), Lk is the capacity" : "")
+      << "\n";
   s << "policy    " << to_string(policy) << "\n";
   s << "backend   " << to_string(backend) << "\n";
   s << "path      " << to_string(path) << "\n";

@@ -36,11 +36,17 @@ class KeyWriter {
   std::string key_;
 };
 
+// Every field of Problem and Options: a field added there without a line
+// here would serve one problem another's plan (the sizes below catch it).
+static_assert(sizeof(Problem) == 104 && sizeof(Options) == 56,
+              "Problem or Options changed: key every field in key_of");
+
 std::string key_of(const Problem& p, const Options& o) {
   KeyWriter w;
   w << p.batch << p.heads_q << p.heads_kv << p.len_q << p.len_k << p.head_dim_qk << p.head_dim_v
     << p.dtype << p.device.type << p.device.index << p.mask << p.mask_dtype << p.has_sinks
-    << p.has_lse << p.row_alignment << p.matrices_blas_compatible << p.v_aliases_k;
+    << p.has_lse << p.row_alignment << p.matrices_blas_compatible << p.v_aliases_k << p.page_size
+    << p.num_pages << p.has_seq_lens_k;
   w << o.scale.has_value() << o.scale.value_or(0.0) << o.causal << o.causal_align
     << o.window_left.has_value() << o.window_left.value_or(0) << o.policy.has_value()
     << o.policy.value_or(Policy::Auto) << o.allow_tf32 << o.softcap;

@@ -25,6 +25,19 @@ struct Verdict {
   static Verdict other_row(std::string why) { return {false, std::move(why), true}; }
 };
 
+// The decline of a row that reads dense k and v of Lk keys each: a paged
+// cache or per-sequence lengths go to the rows that take them.
+inline Verdict dense_kv_only(const Problem& p) {
+  if (p.page_size > 0)
+    return Verdict::no("a paged KV cache (page_size=" + std::to_string(p.page_size) +
+                       ") runs the decode kernels only (len_q up to their limit)");
+  if (p.has_seq_lens_k)
+    return Verdict::no(
+        "per-sequence key lengths (seq_lens_k) run the decode kernels only (len_q "
+        "up to their limit)");
+  return Verdict::yes();
+}
+
 struct KernelRow {
   const char* name;
   Backend backend;

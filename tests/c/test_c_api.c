@@ -18,8 +18,8 @@
 /* The layouts every FFI binding relies on (c_api.h states them). */
 _Static_assert(sizeof(fsdpa_tensor) == 88, "fsdpa_tensor layout");
 _Static_assert(sizeof(fsdpa_options) == 48, "fsdpa_options layout");
-_Static_assert(sizeof(fsdpa_tensors) == 376, "fsdpa_tensors layout");
-_Static_assert(sizeof(fsdpa_plan_info) == 1312, "fsdpa_plan_info layout");
+_Static_assert(sizeof(fsdpa_tensors) == 392, "fsdpa_tensors layout");
+_Static_assert(sizeof(fsdpa_plan_info) == 1336, "fsdpa_plan_info layout");
 
 static int g_checks = 0;
 static int g_failures = 0;

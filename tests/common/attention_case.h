@@ -246,6 +246,8 @@ class Storage {
         return kPoisonF32;
       case DType::Bool:
         return 0xa5;
+      case DType::I32:
+        return 0xa5a5a5a5u;
     }
     return 0;
   }

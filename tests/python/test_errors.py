@@ -121,7 +121,10 @@ def test_dtype_errors(inputs):
     with pytest.raises(fsdpa.InvalidArgument,
                        match=r"^fsdpa: q: numpy dtype float64 is not supported; use float16, "):
         fsdpa.attention(q.astype(np.float64), k, v)
-    with pytest.raises(fsdpa.InvalidArgument, match=r"^fsdpa: v: numpy dtype int32 is not"):
+    with pytest.raises(fsdpa.InvalidArgument, match=r"^fsdpa: v: numpy dtype int64 is not"):
+        fsdpa.attention(q, k, v.astype(np.int64))
+    with pytest.raises(fsdpa.InvalidArgument,
+                       match=exact("fsdpa: v: dtype i32 differs from q's dtype f32")):
         fsdpa.attention(q, k, v.astype(np.int32))
     with pytest.raises(fsdpa.InvalidArgument,
                        match=exact("fsdpa: sinks: dtype must be f32, got f16")):
