@@ -215,7 +215,8 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   if (c.offset_base)
     for (TensorView* t : {&qh, &kh, &vh, &outh}) t->data = static_cast<char*>(t->data) + lead;
 
-  Tensors host{qh, kh, vh, outh, std::nullopt, std::nullopt, std::nullopt};
+  Tensors host;
+  host.q = qh, host.k = kh, host.v = vh, host.out = outh;
   std::unique_ptr<Buffer> mask, sinks, lse;
   if (c.mask != MaskKind::None) {
     const DType mdt = c.mask == MaskKind::Boolean ? DType::Bool : c.mask_dtype;
@@ -284,13 +285,11 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     t.device = {DeviceType::CUDA, 0};
     return t;
   };
-  Tensors device{on_device(qh, q),
-                 on_device(kh, *k_buffer),
-                 on_device(vh, v_buffer ? *v_buffer : *k_buffer),
-                 on_device(outh, out),
-                 std::nullopt,
-                 std::nullopt,
-                 std::nullopt};
+  Tensors device;
+  device.q = on_device(qh, q);
+  device.k = on_device(kh, *k_buffer);
+  device.v = on_device(vh, v_buffer ? *v_buffer : *k_buffer);
+  device.out = on_device(outh, out);
   if (host.mask) device.mask = on_device(*host.mask, *mask);
   if (host.sinks) device.sinks = on_device(*host.sinks, *sinks);
   if (host.lse) device.lse = on_device(*host.lse, *lse);

@@ -204,6 +204,68 @@ __device__ __forceinline__ void copy_tile_rows_narrow(uint32_t shared, const T* 
   }
 }
 
+// cp_async_tile_rows for rows found one by one (a paged cache's rows sit in
+// pages anywhere in the pool): `rows(j)` is row j's first element, a lookup
+// (the block table, a division by the page size) of some 40 instructions.
+// The same chunks and threads as cp_async_tile_rows; each chunk goes through
+// copy_16 at the rows' `alignment` (16, 8, 4 or 2 bytes). Every lane of a
+// warp takes the same rows as 8 to 32 others, so the warp looks each of its
+// rows up once, in one lane, and hands the address to the lanes that copy
+// it by a shuffle (looked up per lane and pass, a paged call took 1.5-1.7x
+// the dense one: bench/NOTES.md, session 14). Chunks wholly past num_cols are
+// not copied; rows >= num_rows are zero-filled from `any` (an address that
+// is never read). Every thread of the block calls it (the shuffles).
+template <int kRows, int kCols, int kStride, int kThreads, typename T, typename Rows>
+__device__ __forceinline__ void copy_tile_rows_gather(uint32_t shared, const Rows& rows,
+                                                      const T* any, int row0, int num_rows,
+                                                      int num_cols, int alignment) {
+  constexpr int kElementsPerChunk = 16 / static_cast<int>(sizeof(T));
+  static_assert(kCols % kElementsPerChunk == 0, "16-byte chunks");
+  constexpr int kChunksPerRow = kCols / kElementsPerChunk;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
+  static_assert(kRowsPerPass >= 1 && kThreads % 32 == 0, "a pass covers at least one row");
+  // The thread index read where it is used: what derives from it would
+  // otherwise be hoisted out of the caller's key loop and outlive its
+  // registers (the 320 bucket's decode kernel spilled).
+  int thread;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
+  const int lane = thread % 32;
+  const int row = thread / kChunksPerRow;
+  const int col = thread % kChunksPerRow * kElementsPerChunk;
+  // The warp's rows of a pass: [first, first + per_pass), each pass's the
+  // same plus kRowsPerPass; lookup `pair` = pass * per_pass + row - first.
+  const int first = (thread - lane) / kChunksPerRow;
+  const int per_pass = min((thread - lane + 31) / kChunksPerRow, kRowsPerPass - 1) - first + 1;
+  const bool shared_lookups = per_pass >= 1 && kPasses * per_pass <= 32;
+  const T* mine = any;
+  if (shared_lookups && lane < kPasses * per_pass) {
+    const int r = first + lane % per_pass + lane / per_pass * kRowsPerPass;
+    if (r < kRows && row0 + r < num_rows) mine = rows(row0 + r);
+  }
+  const int remaining = num_cols - col;
+  const bool copies = row < kRowsPerPass && remaining > 0;
+  const int bytes = remaining >= kElementsPerChunk ? 16 : remaining * static_cast<int>(sizeof(T));
+  uint32_t to = shared + static_cast<uint32_t>((row * kStride + col) * sizeof(T));
+#pragma unroll 1
+  for (int pass = 0; pass < kPasses; ++pass, to += kPassBytes) {
+    const int r = row + pass * kRowsPerPass;
+    const bool valid = copies && r < kRows && row0 + r < num_rows;
+    const T* from = any;
+    if (shared_lookups) {
+      const int pair = pass * per_pass + row - first;
+      const auto bits = reinterpret_cast<uintptr_t>(mine);
+      const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(bits), pair);
+      const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(bits >> 32), pair);
+      from = reinterpret_cast<const T*>(static_cast<uintptr_t>(hi) << 32 | lo);
+    } else if (valid) {
+      from = rows(row0 + r);
+    }
+    if (copies && r < kRows) copy_16(to, valid ? from + col : any, valid ? bytes : 0, alignment);
+  }
+}
+
 // One whole 16-byte chunk in cp.async pieces of kWidth (8 or 4) bytes: both
 // addresses in registers, the pieces' offsets immediate.
 template <int kWidth>

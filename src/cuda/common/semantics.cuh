@@ -1,9 +1,10 @@
-// docs/design.md's (Semantics) masking rules as the CUDA kernels see them: the same
-// visible-key rule as src/core/semantics.h, plus the array mask and sinks.
+// docs/design.md's (Semantics) masking rules as the CUDA prefill kernels see
+// them: core/key_range.h's visible-key rule, plus the array mask and sinks.
 #pragma once
 
 #include <cstdint>
 
+#include "core/key_range.h"
 #include "core/tensor.h"
 #include "cuda/common/score.cuh"
 #include "fsdpa/fsdpa.h"
@@ -33,18 +34,12 @@ struct DeviceKeyRange {
   int end;  // empty when end <= begin
 };
 
-__host__ __device__ inline int64_t clamp_key(int64_t x, int64_t len_k) {
-  return x < 0 ? 0 : (x > len_k ? len_k : x);
-}
-
-// Keys [begin, end) that causal masking and the window leave to `row`.
+// Keys [begin, end) that causal masking and the window leave to `row`
+// (core/key_range.h's rule).
 __host__ __device__ inline DeviceKeyRange visible_key_range(const MaskSemantics& s, int64_t row) {
-  const int64_t diagonal = row + s.diagonal_offset;
-  DeviceKeyRange range{0, static_cast<int>(s.len_k)};
-  if (s.causal) range.end = static_cast<int>(clamp_key(diagonal + 1, s.len_k));
-  if (s.has_window && s.window_left <= diagonal)  // else the window reaches key 0
-    range.begin = static_cast<int>(clamp_key(diagonal - s.window_left, s.len_k));
-  return range;
+  const KeyRange range = detail::visible_key_range(row + s.diagonal_offset, s.len_k, s.causal,
+                                                   s.has_window, s.window_left);
+  return {static_cast<int>(range.begin), static_cast<int>(range.end)};
 }
 
 // Host side: the semantics of a validated call.
@@ -53,7 +48,8 @@ inline MaskSemantics make_mask_semantics(const Problem& p, const Options& option
   MaskSemantics s;
   s.len_q = p.len_q;
   s.len_k = p.len_k;
-  s.diagonal_offset = options.causal_align == CausalAlign::BottomRight ? p.len_k - p.len_q : 0;
+  s.diagonal_offset =
+      diagonal_offset(options.causal_align == CausalAlign::BottomRight, p.len_q, p.len_k);
   s.causal = options.causal;
   s.has_window = options.window_left.has_value();
   s.window_left = options.window_left.value_or(0);

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "core/kv_cache.h"
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "core/validate.h"
@@ -51,7 +52,9 @@ std::string compiled_bucket_list() {
 int elem_bytes(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
 // Keys [begin, end) that any query row can see (the hull of visible_keys).
+// With per-sequence lengths each sequence has its own diagonal: all keys.
 std::pair<int64_t, int64_t> key_hull(const Problem& p, const Options& options) {
+  if (p.has_seq_lens_k) return {0, p.len_k};
   int64_t begin = p.len_k, end = 0;
   for (int64_t i = 0; i < p.len_q; ++i) {
     const KeyRange range = visible_keys(options, p.len_q, p.len_k, i);
@@ -96,6 +99,7 @@ DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v)
       fns = bucket_fns_for<float>(head_dim_qk, head_dim_v);
       break;
     case DType::Bool:
+    case DType::I32:
       break;
   }
   if (fns.launch == nullptr)
@@ -138,8 +142,10 @@ Verdict decode_supports(const Problem& p, const Options&) {
     return Verdict::no("rows are " + std::to_string(p.row_alignment) + "-byte aligned, below the " +
                        std::to_string(element_size(p.dtype)) +
                        "-byte elements the kernels load whole");
-  if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
-    return Verdict::no("len_k=" + std::to_string(p.len_k) +
+  if (p.len_k > INT_MAX || p.page_size > INT_MAX || p.num_pages > INT_MAX ||
+      p.batch * p.heads_q * p.len_q > INT_MAX)
+    return Verdict::no("len_k=" + std::to_string(p.len_k) + ", page_size=" +
+                       std::to_string(p.page_size) + ", num_pages=" + std::to_string(p.num_pages) +
                        ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +
                        " exceed the decode limit " + std::to_string(INT_MAX) + " (32-bit indices)");
   if (find_bucket(p.head_dim_qk, p.head_dim_v) == nullptr)
@@ -169,8 +175,12 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     const int multiprocessors = has_device(p.device.index)
                                     ? device_info(p.device.index).multiprocessors
                                     : kAssumedMultiprocessors;
-    // One full wave: every block of the grid resident at once.
-    const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
+    // One full wave: every block of the grid resident at once. With
+    // per-sequence lengths, for one sequence: the longest may hold most of
+    // the keys, and the splits past a shorter one's end cost next to nothing
+    // (sequence_splits).
+    const int64_t sequences = p.has_seq_lens_k ? 1 : p.batch;
+    const int64_t base_blocks = std::max<int64_t>(1, sequences * p.heads_kv * row_chunks);
     const int64_t wave = int64_t(multiprocessors) * grid.blocks_per_sm;
     int64_t want = std::max<int64_t>(1, wave / base_blocks);
     want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
@@ -228,8 +238,9 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.out = t.out.data;
   d.copy_bytes = row_alignment(t);
   d.q_strides = strides(t.q);
-  d.k_strides = strides(t.k);
-  d.v_strides = strides(t.v);
+  d.k_strides = kv_strides(t.k, p.page_size > 0);
+  d.v_strides = kv_strides(t.v, p.page_size > 0);
+  d.kv = make_kv_index(t, p);
   d.out_strides = strides(t.out);
   if (t.lse) {
     d.lse = static_cast<float*>(t.lse->data);
@@ -252,6 +263,8 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
       case DType::Bool:
         d.mask_kind = DecodeMask::Bool;
         break;
+      case DType::I32:  // describe() rejects an i32 mask
+        throw Error("fsdpa: internal: decode mask of dtype i32");
     }
   }
   if (t.sinks) {
@@ -276,8 +289,7 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.causal = plan.options.causal ? 1 : 0;
   d.has_window = plan.options.window_left ? 1 : 0;
   d.window_left = plan.options.window_left.value_or(0);
-  d.causal_offset =
-      plan.options.causal_align == CausalAlign::BottomRight ? int(p.len_k - p.len_q) : 0;
+  d.causal_bottom_right = plan.options.causal_align == CausalAlign::BottomRight ? 1 : 0;
   d.v_aliases_k = p.v_aliases_k ? 1 : 0;
   const auto [key_begin, key_end] = key_hull(p, plan.options);
   d.key_begin = int(key_begin);

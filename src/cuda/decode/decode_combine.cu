@@ -85,11 +85,12 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const float* partial = p.partial_out + row * p.dv_ws + (first_group + g) * Vec;
   float v[kCombineBatch][Vec];
   float2 ms[kCombineBatch];
+  int splits = p.num_splits;  // of this row's sequence (sequence_splits), once it may be read
   auto load_batch = [&](int s0) {
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
       const int s = s0 + b * subsets;
-      if (has_unit && s < p.num_splits) {
+      if (has_unit && s < splits) {
         load_partial<Vec>(partial + s * split_stride, v[b]);
         ms[b] = stats[int64_t(s) * rows_total];
       } else {
@@ -100,7 +101,8 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     }
   };
   wait_for_previous_kernel();  // the split kernel's partials
-  load_batch(j);               // partials and their (max, sum) in flight together
+  splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)));
+  load_batch(j);  // partials and their (max, sum) in flight together
 
   // ---- the row's max: this thread's splits, then the block (max only: the
   // sums are weighted once, below, instead of merged pairwise on the way)
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
 #pragma unroll
   for (int b = 0; b < kCombineBatch; ++b) top = fmaxf(top, ms[b].x);
   if (has_unit)
-    for (int s = j + subsets * kCombineBatch; s < p.num_splits; s += subsets)
+    for (int s = j + subsets * kCombineBatch; s < splits; s += subsets)
       top = fmaxf(top, stats[int64_t(s) * rows_total].x);
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2)
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
 #pragma unroll
   for (int e = 0; e < Vec; ++e) acc[e] = 0.f;
   if (has_unit) {
-    for (int s0 = j; s0 < p.num_splits; s0 += subsets * kCombineBatch) {
+    for (int s0 = j; s0 < splits; s0 += subsets * kCombineBatch) {
       if (s0 != j) load_batch(s0);
 #pragma unroll
       for (int b = 0; b < kCombineBatch; ++b) {

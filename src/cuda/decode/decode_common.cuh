@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "core/key_range.h"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/score.cuh"
 #include "cuda/decode/decode_params.h"
@@ -43,14 +44,20 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 
 // ------------------------------------------------------------ semantics
 
-// Keys [begin, end) visible to query position i (core/semantics.h's rule).
-__device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int i) {
-  const int64_t diagonal = int64_t(i) + p.causal_offset;
-  int64_t begin = 0, end = p.len_k;
-  const int64_t len_k = p.len_k;
-  if (p.causal) end = min(max(diagonal + 1, int64_t(0)), len_k);
-  if (p.has_window) begin = min(max(diagonal - p.window_left, int64_t(0)), len_k);
-  return make_int2(int(begin), int(end));
+// Keys [begin, end) visible to query position i of a sequence of len_k keys
+// (core/key_range.h's rule).
+__device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int len_k, int i) {
+  const int64_t diagonal = i + diagonal_offset(p.causal_bottom_right != 0, p.len_q, len_k);
+  const KeyRange range =
+      visible_key_range(diagonal, len_k, p.causal != 0, p.has_window != 0, p.window_left);
+  return make_int2(int(range.begin), int(range.end));
+}
+
+// The element offset of key j's row of the block's sequence and kv head in k
+// (`s` = p.k_strides) or v (core/kv_cache.h's rule, dense or paged).
+__device__ __forceinline__ int64_t key_row(const DecodeParams& p, const KvStrides& s, int batch,
+                                           int kv_head, int j) {
+  return key_row_offset(p.kv, s, batch, kv_head, j);
 }
 
 // A visible key's score in the exp2 domain (the product times scale_log2)
@@ -86,6 +93,7 @@ __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_of
 // head kv_head * group + (c * kRows + r) / len_q at position (..) % len_q.
 struct DecodeBlock {
   int batch, kv_head, split, row0, rows_here;
+  int len_k;  // the sequence's keys (seq_lens_k, else len_k)
 };
 
 __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
@@ -99,7 +107,22 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
   b.batch = int(block / p.heads_kv);
   b.row0 = chunk * rows_per_block;
   b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
+  // The lengths may be written by the kernel before in the stream: wait for
+  // it before reading them (the call gives up the overlap of set-up).
+  if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
+  b.len_k = int(sequence_len_k(p.kv, b.batch));
   return b;
+}
+
+// The key splits that reach into a sequence of len_k keys: all of them, but
+// with per-sequence lengths only those that start before its end (at least
+// one). Blocks of the others write nothing and the combine reads none of
+// them, so a short sequence of a ragged batch costs its own keys only.
+__device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k) {
+  if (p.kv.seq_lens_k == nullptr || p.keys_per_split <= 0) return p.num_splits;
+  const int reach = len_k - p.key_begin;
+  const int used = reach > 0 ? (reach + p.keys_per_split - 1) / p.keys_per_split : 1;
+  return max(1, min(p.num_splits, used));
 }
 
 // (query head, query position) of packed row r of the block.
@@ -146,7 +169,7 @@ __host__ __device__ __forceinline__ bool partial_float4(const DecodeParams& p) {
 // Keys [begin, end) row r sees ((0, 0) past the real rows), and the offset
 // of its row of the array mask.
 __device__ __forceinline__ int2 row_keys(const DecodeParams& p, const DecodeBlock& b, int r) {
-  return r < b.rows_here ? visible_keys(p, packed_row(p, b, r).y) : make_int2(0, 0);
+  return r < b.rows_here ? visible_keys(p, b.len_k, packed_row(p, b, r).y) : make_int2(0, 0);
 }
 __device__ __forceinline__ int64_t row_mask_offset(const DecodeParams& p, const DecodeBlock& b,
                                                    int r) {
@@ -176,7 +199,7 @@ struct BlockKeys {
   int begin, end, common_begin, common_end;
 };
 __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const DecodeBlock& b) {
-  int lo = p.len_k, hi = 0, common_begin = 0, common_end = p.len_k;
+  int lo = b.len_k, hi = 0, common_begin = 0, common_end = b.len_k;
   for (int r = static_cast<int>(threadIdx.x) % 32; r < b.rows_here; r += 32) {
     const int2 range = row_keys(p, b, r);
     if (range.x < range.y) lo = min(lo, range.x), hi = max(hi, range.y);

@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const DecodeBlock blk = decode_block(p, kRows);
   allow_next_launch();
+  if (blk.split >= sequence_splits(p, blk.len_k)) return;  // past a short sequence's keys
   const int batch = blk.batch, kv_head = blk.kv_head, rows_here = blk.rows_here;
   wait_for_previous_kernel();  // global memory from here on
 
@@ -125,10 +126,8 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
   const bool v_aliases_k = p.v_aliases_k != 0;
   const int stage_elems = kKeys * (C::kRowK + (v_aliases_k ? 0 : C::kRowV));
   T* warp_stages = stage_s + warp * kStages * stage_elems;
-  const T* k_rows =
-      static_cast<const T*>(p.k) + batch * p.k_strides.batch + kv_head * p.k_strides.head;
-  const T* v_rows =
-      static_cast<const T*>(p.v) + batch * p.v_strides.batch + kv_head * p.v_strides.head;
+  const T* k_rows = static_cast<const T*>(p.k);
+  const T* v_rows = static_cast<const T*>(p.v);
   const int chunks_qk = (p.head_dim_qk + kVec - 1) / kVec;  // chunks holding real columns
   const int chunks_v = (p.head_dim_v + kVec - 1) / kVec;
 
@@ -142,7 +141,8 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       if (c >= chunks_qk) continue;
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_qk - c * kVec) * int(sizeof(T))) : 0;
-      const T* src = bytes > 0 ? k_rows + j * p.k_strides.row + c * kVec : k_rows;
+      const T* src =
+          bytes > 0 ? k_rows + key_row(p, p.k_strides, batch, kv_head, j) + c * kVec : k_rows;
       copy_16(shared_address(k_dst + key * C::kRowK + c * kVec), src, bytes, p.copy_bytes);
     }
     if (v_aliases_k) return;
@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       if (c >= chunks_v) continue;
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_v - c * kVec) * int(sizeof(T))) : 0;
-      const T* src = bytes > 0 ? v_rows + j * p.v_strides.row + c * kVec : v_rows;
+      const T* src =
+          bytes > 0 ? v_rows + key_row(p, p.v_strides, batch, kv_head, j) + c * kVec : v_rows;
       copy_16(shared_address(v_dst + key * C::kRowV + c * kVec), src, bytes, p.copy_bytes);
     }
   };

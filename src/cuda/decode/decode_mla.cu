@@ -523,7 +523,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 
 template <typename T>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
-  const int64_t k_strides[3] = {p.k_strides.batch, p.k_strides.head, p.k_strides.row};
+  const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
   const TileMap k_map =
       make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides, kMlaTileK);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
@@ -568,6 +568,10 @@ Verdict decode_mla_supports(const Problem& p, const Options& options) {
   if (p.head_dim_qk <= 512)
     return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                               ": the MLA kernel serves 512 < head_dim_qk <= 576");
+  if (p.page_size > 0 || p.has_seq_lens_k)
+    return Verdict::other_row(
+        "a paged cache or per-sequence lengths: the MLA kernel's TMA boxes read dense k; "
+        "cuda_fused_decode serves them");
   if (p.row_alignment < 16)
     return Verdict::no("rows are " + std::to_string(p.row_alignment) +
                        "-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
@@ -597,6 +601,7 @@ void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void
       return;
     case DType::F32:
     case DType::Bool:
+    case DType::I32:
       break;
   }
   throw Error(std::string("fsdpa: internal: the MLA decode kernel has no ") +

@@ -34,7 +34,11 @@ namespace fsdpa::detail::cuda {
 
 namespace decode_kernel {
 
-template <typename T, int DQK, int DV>
+// kPaged: K and V rows through the block table (a paged cache), each row's
+// address looked up; else dense rows a constant stride apart. Two kernels,
+// so the dense one keeps its registers (one kernel with both load paths
+// spilled at 576/512).
+template <typename T, int DQK, int DV, bool kPaged>
 __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, DV).min_blocks)
     decode_mma_kernel(const DecodeParams p) {
   constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
@@ -71,6 +75,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   const int stream = warp / kConfig.dv_parts, part = warp % kConfig.dv_parts;
   const DecodeBlock blk = decode_block(p, kRows);
   allow_next_launch();
+  if (blk.split >= sequence_splits(p, blk.len_k)) return;  // past a short sequence's keys
 
   const BlockKeys keys = block_keys(p, blk);
   const int key_begin = keys.begin, key_end = keys.end;
@@ -85,9 +90,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   const int stage_elems = kStageKeys * (kRowK + (v_aliases_k ? 0 : kRowV));
   const int row_v = v_aliases_k ? kRowK : kRowV;
   const T* k_rows =
-      static_cast<const T*>(p.k) + blk.batch * p.k_strides.batch + blk.kv_head * p.k_strides.head;
+      static_cast<const T*>(p.k) + blk.batch * p.k_strides.outer + blk.kv_head * p.k_strides.head;
   const T* v_rows =
-      static_cast<const T*>(p.v) + blk.batch * p.v_strides.batch + blk.kv_head * p.v_strides.head;
+      static_cast<const T*>(p.v) + blk.batch * p.v_strides.outer + blk.kv_head * p.v_strides.head;
   // Columns past the real head dims are never copied: the K tail is zeroed
   // once here (Q's tail is zero, but 0 x NaN from stale shared memory is not),
   // and the V tail only feeds O columns that are never stored. Copies of
@@ -103,6 +108,19 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
+    if constexpr (kPaged) {  // each key's row through the block table
+      const T* k = static_cast<const T*>(p.k);
+      const T* v = static_cast<const T*>(p.v);
+      copy_tile_rows_gather<kStageKeys, DQK, kRowK, kThreads>(
+          k_dst, [&](int j) { return k + key_row(p, p.k_strides, blk.batch, blk.kv_head, j); }, k,
+          key0, key_end, p.head_dim_qk, p.copy_bytes);
+      if (!v_aliases_k)
+        copy_tile_rows_gather<kStageKeys, DV, kRowV, kThreads>(
+            k_dst + kStageKeys * kRowK * sizeof(T),
+            [&](int j) { return v + key_row(p, p.v_strides, blk.batch, blk.kv_head, j); }, v, key0,
+            key_end, p.head_dim_v, p.copy_bytes);
+      return;
+    }
     if (p.copy_bytes < 16) {  // rows not 16-byte aligned: narrow copies
       copy_tile_rows_narrow<kStageKeys, DQK, kRowK, kThreads>(k_dst, k_rows, p.k_strides.row, key0,
                                                               key_end, p.head_dim_qk, p.copy_bytes);
@@ -122,7 +140,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
   // The first stages' K and V rows into L2 while the kernel before may
   // still run (a prefetch reads nothing into the block): -0.6 us a call at
   // Lk=32768, D=128 (bench/NOTES.md, session 7).
-  if (p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned rows
+  if (!kPaged && p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned dense rows
     const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
     for (int i = tid; i < 2 * ahead; i += kThreads) {
       const bool is_v = i >= ahead;
@@ -310,7 +328,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
 
 template <typename T, int DQK, int DV>
 void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
-  const auto kernel = decode_mma_kernel<T, DQK, DV>;
+  const auto kernel = p.kv.block_table != nullptr ? decode_mma_kernel<T, DQK, DV, true>
+                                                  : decode_mma_kernel<T, DQK, DV, false>;
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
   launch_programmatic(kernel, static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream,
@@ -320,7 +339,7 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
 
 template <typename T, int DQK, int DV>
 int mma_blocks_per_sm(int /*rows_per_kv_head*/, bool v_aliases_k) {
-  const auto kernel = decode_mma_kernel<T, DQK, DV>;
+  const auto kernel = decode_mma_kernel<T, DQK, DV, false>;  // the paged one: the same tiling
   const size_t smem = decode_mma_smem_bytes(DQK, DV, v_aliases_k);
   prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
                  "decode_mma_kernel");

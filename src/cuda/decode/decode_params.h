@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "core/kv_cache.h"
+
 namespace fsdpa::detail::cuda {
 
 // Mask storage kinds as the kernels see them (fsdpa::MaskKind + dtype).
@@ -27,8 +29,14 @@ struct DecodeParams {
   float* partial_out = nullptr;
   float* partial_max_sum = nullptr;
 
-  Strides4 q_strides, k_strides, v_strides, out_strides, mask_strides;  // mask: broadcast = 0
-  Strides4 lse_strides;                                                 // batch, head, row
+  Strides4 q_strides, out_strides, mask_strides;  // mask: broadcast = 0
+  // k's and v's by role (core/kv_cache.h): `outer` steps the batch, or the
+  // page of a paged cache.
+  KvStrides k_strides, v_strides;
+  // Where key j of sequence b is and how many keys sequence b has (dense or
+  // paged, core/kv_cache.h); kv.len_k is the capacity len_k.
+  KvIndex kv;
+  Strides4 lse_strides;  // batch, head, row
   int64_t sinks_stride = 0;
 
   int32_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0;
@@ -43,13 +51,14 @@ struct DecodeParams {
   int32_t causal = 0;
   int32_t has_window = 0;
   int64_t window_left = 0;
-  int32_t causal_offset = 0;  // Lk - Lq (bottom-right) or 0 (top-left)
-  int32_t v_aliases_k = 0;    // MLA: v is the first Dv columns of k: read them once
+  int32_t causal_bottom_right = 1;  // CausalAlign::BottomRight, with each sequence's length
+  int32_t v_aliases_k = 0;          // MLA: v is the first Dv columns of k: read them once
   // The widest access every row start of q, k, v and out allows
   // (Problem::row_alignment: 16, 8, 4 or 2 bytes); below 16 the split
   // kernels copy through copy_16_narrow and store element by element.
   int32_t copy_bytes = 16;
-  // Keys [key_begin, key_end) hold every key any row can see; split s covers
+  // Keys [key_begin, key_end) hold every key any row can see (all of
+  // [0, len_k) with per-sequence lengths); split s covers
   // [key_begin + s * keys_per_split, ...) of it.
   int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
   int32_t num_splits = 1;

@@ -70,6 +70,7 @@ namespace {
 
 // Constraints shared by the 16-bit rows (wgmma, mma.sync) and the exact f32 row.
 Verdict prefill_layout_and_size(const Problem& p) {
+  if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (p.row_alignment == 0)
     return Verdict::no("rows must have stride 1 (q, k, v and out: last-dimension stride 1)");
   if (p.row_alignment < static_cast<int>(element_size(p.dtype)))

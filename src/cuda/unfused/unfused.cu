@@ -111,6 +111,7 @@ cudaDataType_t cuda_type(DType dtype) {
     case DType::F32:
       return CUDA_R_32F;
     case DType::Bool:
+    case DType::I32:
       break;
   }
   throw Error("fsdpa: internal: unfused path with dtype bool");
@@ -321,6 +322,7 @@ void with_type(DType dtype, F&& f) {
     case DType::F32:
       return f.template operator()<float>();
     case DType::Bool:
+    case DType::I32:
       break;
   }
   throw Error(std::string("fsdpa: internal: unfused path for dtype ") + to_string(dtype));
@@ -329,6 +331,7 @@ void with_type(DType dtype, F&& f) {
 }  // namespace
 
 Verdict unfused_supports(const Problem& p, const Options&) {
+  if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (!p.matrices_blas_compatible)
     return Verdict::no(
         "cuBLAS needs each [L, D] matrix of q, k, v with stride 1 in one dim and the other "

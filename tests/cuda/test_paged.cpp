@@ -1,0 +1,276 @@
+// Paged KV caches and ragged batches on the GPU decode kernels, against the
+// dense per-sequence float64 expectation of tests/common/paged_case.h: every
+// decode bucket, page sizes 1 to 256, shuffled block tables, lengths from 0
+// to 131073 in one batch, GQA up to 128, Lq up to 16, the semantics, rows of
+// narrow alignment, forced key splits; and each paged run bitwise equal to
+// the dense ragged run on the same keys.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/paged_case.h"
+#include "cuda/decode/decode.h"
+
+namespace fsdpa::test {
+namespace {
+
+void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+// The case's buffers on device 0, with the views moved onto them.
+class DeviceCopy {
+ public:
+  explicit DeviceCopy(PagedData& d) : host_(d) {
+    for (Storage* s : d.storages()) {
+      void* device = nullptr;
+      if (s->size_bytes() > 0) {
+        cuda_ok(cudaMalloc(&device, s->size_bytes()), "cudaMalloc");
+        cuda_ok(cudaMemcpy(device, s->bytes(), s->size_bytes(), cudaMemcpyHostToDevice), "upload");
+      }
+      buffers_.push_back({s, device});
+    }
+    tensors = d.tensors;
+    for (TensorView* t : {&tensors.q, &tensors.k, &tensors.v, &tensors.out}) move(*t);
+    for (auto* t :
+         {&tensors.mask, &tensors.sinks, &tensors.lse, &tensors.block_table, &tensors.seq_lens_k})
+      if (*t) move(**t);
+  }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  ~DeviceCopy() {
+    for (const Buffer& b : buffers_)
+      if (b.device) (void)cudaFree(b.device);
+  }
+  // out and lse back into the host buffers.
+  void download() {
+    cuda_ok(cudaDeviceSynchronize(), "synchronize");
+    for (const Buffer& b : buffers_)
+      if (b.device && (b.host == &host_.out || b.host == &host_.lse))
+        cuda_ok(cudaMemcpy(b.host->bytes(), b.device, b.host->size_bytes(), cudaMemcpyDeviceToHost),
+                "download");
+  }
+  Tensors tensors;
+
+ private:
+  struct Buffer {
+    Storage* host;
+    void* device;
+  };
+  void move(TensorView& t) {
+    t.device = {DeviceType::CUDA, 0};
+    const auto* p = static_cast<const std::byte*>(t.data);
+    for (const Buffer& b : buffers_)
+      if (p >= b.host->bytes() && p < b.host->bytes() + std::max<size_t>(b.host->size_bytes(), 1)) {
+        t.data = static_cast<std::byte*>(b.device) + (p - b.host->bytes());
+        return;
+      }
+    throw std::runtime_error("a view outside the case's buffers");
+  }
+  PagedData& host_;
+  std::vector<Buffer> buffers_;
+};
+
+class SplitsGuard {
+ public:
+  explicit SplitsGuard(int splits) {
+    if (splits > 0) setenv("FSDPA_DECODE_SPLITS", std::to_string(splits).c_str(), 1);
+  }
+  ~SplitsGuard() { unsetenv("FSDPA_DECODE_SPLITS"); }
+};
+
+// The bytes of out after a run of `tensors` (device views of d's buffers).
+std::vector<std::byte> run_and_read(PagedData& d, DeviceCopy& device) {
+  d.out.poison();
+  d.lse.poison();
+  cuda_ok(cudaMemcpy(device.tensors.out.data, d.out.bytes(), d.out.size_bytes(),
+                     cudaMemcpyHostToDevice),
+          "poison out");
+  attention(device.tensors, d.options);
+  device.download();
+  return d.out.snapshot();
+}
+
+// The dense ragged twin of a paged case: the same q, lengths, mask and
+// sinks, k and v gathered into [B, Hkv, Lk, D] (zeros past each length).
+struct DenseTwin {
+  Storage k, v;
+  Tensors tensors;
+};
+DenseTwin dense_twin(const PagedData& d) {
+  const PagedCase& c = d.c;
+  DenseTwin twin;
+  const int64_t lk = c.capacity();
+  twin.k = Storage(c.dtype, c.batch * c.heads_kv * lk * c.dqk);
+  twin.v = Storage(c.dtype, c.batch * c.heads_kv * lk * c.dv);
+  std::memset(twin.k.bytes(), 0, twin.k.size_bytes());
+  std::memset(twin.v.bytes(), 0, twin.v.size_bytes());
+  const size_t es = element_size(c.dtype);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t g = 0; g < c.heads_kv; ++g)
+      for (int64_t j = 0; j < d.seq_len[size_t(b)]; ++j) {
+        const int64_t row = (b * c.heads_kv + g) * lk + j;
+        const int64_t ko = d.key_offset(d.tensors.k, b, g, j),
+                      vo = d.key_offset(d.tensors.v, b, g, j);
+        for (int64_t e = 0; e < c.dqk; ++e)
+          std::memcpy(twin.k.bytes() + (row * c.dqk + e) * es,
+                      static_cast<const std::byte*>(d.tensors.k.data) + (ko + e) * es, es);
+        for (int64_t e = 0; e < c.dv; ++e)
+          std::memcpy(twin.v.bytes() + (row * c.dv + e) * es,
+                      static_cast<const std::byte*>(d.tensors.v.data) + (vo + e) * es, es);
+      }
+  twin.tensors = d.tensors;
+  twin.tensors.block_table.reset();
+  twin.tensors.k = contiguous_view(twin.k.bytes(), c.dtype, {c.batch, c.heads_kv, lk, c.dqk});
+  twin.tensors.v = contiguous_view(twin.v.bytes(), c.dtype, {c.batch, c.heads_kv, lk, c.dv});
+  return twin;
+}
+
+void run_case(PagedCase c, int splits) {
+  SCOPED_TRACE(c.name() + " splits " + std::to_string(splits));
+  if (!detail::cuda::decode_bucket_compiled(c.dqk, c.dv))
+    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
+  Rng rng(base_seed() ^ name_hash(c.name()) ^ uint64_t(splits));
+  PagedData d = make_paged(c, rng);
+  SplitsGuard guard(splits);
+  DeviceCopy device(d);
+  const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
+  EXPECT_EQ(plan.path, Path::FusedDecode) << plan.explain();
+  const std::vector<std::byte> paged = run_and_read(d, device);
+  const PagedCheck check = check_paged(d);
+  EXPECT_TRUE(check.ok) << plan.kernel << ", " << plan.num_kv_splits << " splits\n" << check.report;
+  if (!c.paged || !c.ragged) return;
+  // The same keys dense: the same kernel reads the same values, so the same bits.
+  DenseTwin twin = dense_twin(d);
+  PagedData dense_host;  // only its storages travel: q, out, lse, mask, sinks, lens
+  dense_host.c = c;
+  dense_host.q = std::move(d.q);
+  dense_host.out = std::move(d.out);
+  dense_host.lse = std::move(d.lse);
+  dense_host.mask = std::move(d.mask);
+  dense_host.sinks = std::move(d.sinks);
+  dense_host.lens = std::move(d.lens);
+  dense_host.k = std::move(twin.k);
+  dense_host.v = std::move(twin.v);
+  dense_host.tensors = twin.tensors;
+  dense_host.tensors.k.data = dense_host.k.bytes();
+  dense_host.tensors.v.data = c.mla_alias ? dense_host.k.bytes() : dense_host.v.bytes();
+  if (c.mla_alias) dense_host.tensors.v.strides = dense_host.tensors.k.strides;
+  dense_host.options = d.options;
+  DeviceCopy dense_device(dense_host);
+  const std::vector<std::byte> dense = run_and_read(dense_host, dense_device);
+  EXPECT_TRUE(dense == paged) << "the paged output differs from the dense output of the same keys";
+}
+
+PagedCase base() {
+  PagedCase c;
+  c.dtype = DType::BF16;
+  c.batch = 4, c.heads_q = 8, c.heads_kv = 2, c.page_size = 16, c.max_pages = 40;
+  return c;
+}
+
+TEST(PagedDecode, HeadDimBuckets) {
+  const std::pair<int64_t, int64_t> dims[] = {{64, 64},   {80, 80},   {96, 64},   {128, 128},
+                                              {192, 128}, {256, 256}, {288, 288}, {512, 512}};
+  for (auto [dqk, dv] : dims) {
+    PagedCase c = base();
+    c.dqk = dqk, c.dv = dv;
+    run_case(c, 0);
+  }
+  PagedCase mla = base();
+  mla.dqk = 576, mla.dv = 512, mla.mla_alias = true, mla.heads_q = 16, mla.heads_kv = 1;
+  mla.page_size = 64, mla.max_pages = 20;
+  run_case(mla, 0);
+}
+
+TEST(PagedDecode, PageSizes) {
+  for (int64_t page : {1, 16, 64, 256, 48}) {
+    PagedCase c = base();
+    c.dqk = c.dv = 128;
+    c.page_size = page, c.max_pages = std::max<int64_t>(1, 1200 / page);
+    run_case(c, 0);
+  }
+}
+
+TEST(PagedDecode, DtypesAndSplits) {
+  for (DType dtype : {DType::F16, DType::BF16, DType::F32})
+    for (int splits : {1, 5}) {
+      PagedCase c = base();
+      c.dtype = dtype;
+      c.dqk = c.dv = 128;
+      run_case(c, splits);
+    }
+}
+
+TEST(PagedDecode, GqaAndQueries) {
+  for (auto [hq, hkv] : {std::pair{4, 4}, {32, 8}, {128, 1}}) {
+    PagedCase c = base();
+    c.heads_q = hq, c.heads_kv = hkv;
+    run_case(c, 0);
+  }
+  for (int64_t lq : {2, 4, 8, 16}) {
+    PagedCase c = base();
+    c.len_q = lq, c.causal = true, c.dqk = c.dv = 128;
+    run_case(c, 0);
+  }
+}
+
+TEST(PagedDecode, Semantics) {
+  {
+    PagedCase c = base();
+    c.causal = true, c.align = CausalAlign::TopLeft, c.len_q = 3;
+    run_case(c, 0);
+  }
+  {
+    PagedCase c = base();
+    c.window = 37, c.causal = true, c.len_q = 2;
+    run_case(c, 3);
+  }
+  {
+    PagedCase c = base();
+    c.mask = true, c.sinks = true, c.len_q = 2;
+    run_case(c, 0);
+  }
+  {
+    PagedCase c = base();
+    c.softcap = 30.0, c.lse = false;
+    run_case(c, 0);
+  }
+  {
+    PagedCase c = base();
+    c.ragged = false;  // every sequence its table's full capacity
+    run_case(c, 0);
+  }
+  {
+    PagedCase c = base();
+    c.paged = false, c.causal = true, c.len_q = 4;  // a dense ragged batch
+    run_case(c, 0);
+  }
+}
+
+TEST(PagedDecode, NarrowRowsAndPaddedPools) {
+  PagedCase c = base();
+  c.dtype = DType::F16;
+  c.dqk = c.dv = 90;  // 180-byte rows: 4-byte aligned
+  run_case(c, 0);
+  c.dqk = c.dv = 128;
+  c.padded = true;  // pages and rows padded by 3 elements: 2-byte aligned
+  run_case(c, 0);
+}
+
+TEST(PagedDecode, MixedLengthsToLongContext) {
+  PagedCase c = base();
+  c.dqk = c.dv = 128, c.heads_q = 8, c.heads_kv = 1, c.batch = 5, c.page_size = 64;
+  c.max_pages = 2049;  // 131136 keys
+  c.lengths = {1, 131073, 4097, 0, 64};
+  run_case(c, 0);
+}
+
+}  // namespace
+}  // namespace fsdpa::test
