@@ -202,11 +202,17 @@ struct Pointers {
   void* mask = nullptr;
   void* sinks = nullptr;
   void* lse = nullptr;
+  void* table = nullptr;  // block_table (paged)
+  void* lens = nullptr;   // seq_lens_k (ragged)
 };
 
 struct ByteSizes {
-  size_t q = 0, k = 0, v = 0, out = 0, mask = 0, sinks = 0, lse = 0;
+  size_t q = 0, k = 0, v = 0, out = 0, mask = 0, sinks = 0, lse = 0, table = 0, lens = 0;
 };
+
+int64_t pages_per_sequence(const CaseSpec& c) {
+  return c.page_size > 0 ? (c.len_k + c.page_size - 1) / c.page_size : 0;
+}
 
 DType mask_dtype(const CaseSpec& c) { return c.mask == MaskKind::Boolean ? DType::Bool : c.dtype; }
 
@@ -230,10 +236,13 @@ ByteSizes byte_sizes(const CaseSpec& c) {
   const int64_t qk = row_stride(c, c.head_dim_qk), v = row_stride(c, c.head_dim_v);
   ByteSizes s;
   s.q = count_of({c.batch, c.heads_q, c.len_q, qk}) * e;
-  s.k = count_of({c.batch, c.heads_kv, c.len_k, qk}) * e;
-  s.v = c.v_aliases_k ? 0 : count_of({c.batch, c.heads_kv, c.len_k, v}) * e;
+  s.k = count_of({c.batch, c.heads_kv, c.key_capacity(), qk}) * e;
+  s.v = c.v_aliases_k ? 0 : count_of({c.batch, c.heads_kv, c.key_capacity(), v}) * e;
+  s.table = count_of({c.batch, pages_per_sequence(c)}) * sizeof(int32_t);
+  if (!c.seq_lens.empty()) s.lens = count_of({c.batch}) * sizeof(int32_t);
   s.out = count_of({c.batch, c.heads_q, c.len_q, v}) * e;
-  if (c.mask != MaskKind::None) s.mask = count_of({c.len_q, c.len_k}) * element_size(mask_dtype(c));
+  if (c.mask != MaskKind::None)
+    s.mask = count_of({c.len_q, c.key_capacity()}) * element_size(mask_dtype(c));
   if (c.sinks) s.sinks = count_of({c.heads_q}) * sizeof(float);
   if (c.lse) s.lse = count_of({c.batch, c.heads_q, c.len_q}) * sizeof(float);
   return s;
@@ -254,18 +263,35 @@ TensorView bhld_view(void* data, DType dtype, int64_t b, int64_t h, int64_t l, i
                       device);
 }
 
+// A page pool [B * pages, page_size, Hkv, D] whose rows are `row` elements apart.
+TensorView pool_view(void* data, DType dtype, const CaseSpec& c, int64_t d, int64_t row,
+                     Device device) {
+  const int64_t pages = saturating_product(c.batch, pages_per_sequence(c));
+  const int64_t key = saturating_product(c.heads_kv, row);
+  return strided_view(data, dtype, {pages, c.page_size, c.heads_kv, d},
+                      {saturating_product(c.page_size, key), key, row, 1}, device);
+}
+
 Tensors make_views(const CaseSpec& c, const Pointers& p, Device device) {
   const int64_t qk = row_stride(c, c.head_dim_qk), v = row_stride(c, c.head_dim_v);
+  const int64_t lk = c.key_capacity();
   Tensors t;
   t.q = bhld_view(p.q, c.dtype, c.batch, c.heads_q, c.len_q, c.head_dim_qk, qk, device);
-  t.k = bhld_view(p.k, c.dtype, c.batch, c.heads_kv, c.len_k, c.head_dim_qk, qk, device);
   // With v_aliases_k, v is the first Dv columns of k's rows.
-  t.v = c.v_aliases_k
-            ? bhld_view(p.k, c.dtype, c.batch, c.heads_kv, c.len_k, c.head_dim_v, qk, device)
-            : bhld_view(p.v, c.dtype, c.batch, c.heads_kv, c.len_k, c.head_dim_v, v, device);
+  if (c.page_size > 0) {
+    t.k = pool_view(p.k, c.dtype, c, c.head_dim_qk, qk, device);
+    t.v = c.v_aliases_k ? pool_view(p.k, c.dtype, c, c.head_dim_v, qk, device)
+                        : pool_view(p.v, c.dtype, c, c.head_dim_v, v, device);
+    t.block_table = contiguous_view(p.table, DType::I32, {c.batch, pages_per_sequence(c)}, device);
+  } else {
+    t.k = bhld_view(p.k, c.dtype, c.batch, c.heads_kv, lk, c.head_dim_qk, qk, device);
+    t.v = c.v_aliases_k ? bhld_view(p.k, c.dtype, c.batch, c.heads_kv, lk, c.head_dim_v, qk, device)
+                        : bhld_view(p.v, c.dtype, c.batch, c.heads_kv, lk, c.head_dim_v, v, device);
+  }
+  if (!c.seq_lens.empty()) t.seq_lens_k = contiguous_view(p.lens, DType::I32, {c.batch}, device);
   t.out = bhld_view(p.out, c.dtype, c.batch, c.heads_q, c.len_q, c.head_dim_v, v, device);
   if (c.mask != MaskKind::None)
-    t.mask = contiguous_view(p.mask, mask_dtype(c), {1, 1, c.len_q, c.len_k}, device);
+    t.mask = contiguous_view(p.mask, mask_dtype(c), {1, 1, c.len_q, lk}, device);
   if (c.sinks) t.sinks = contiguous_view(p.sinks, DType::F32, {c.heads_q}, device);
   if (c.lse) t.lse = contiguous_view(p.lse, DType::F32, {c.batch, c.heads_q, c.len_q}, device);
   return t;
@@ -314,15 +340,22 @@ Tensors slice_tensors(const Tensors& t, const CaseSpec& c, const Slice& s) {
   Tensors r;
   r.q =
       sub_view(t.q, {0, s.head_begin, s.row_begin, 0}, {s.batches, s.heads, s.rows, c.head_dim_qk});
-  r.k = sub_view(t.k, {0, kv_begin, 0, 0}, {s.batches, kv_heads, c.len_k, c.head_dim_qk});
-  r.v = sub_view(t.v, {0, kv_begin, 0, 0}, {s.batches, kv_heads, c.len_k, c.head_dim_v});
+  if (c.page_size > 0) {  // the whole pool, its kv heads [kv_begin, + kv_heads)
+    r.k = sub_view(t.k, {0, 0, kv_begin, 0}, {t.k.sizes[0], c.page_size, kv_heads, c.head_dim_qk});
+    r.v = sub_view(t.v, {0, 0, kv_begin, 0}, {t.v.sizes[0], c.page_size, kv_heads, c.head_dim_v});
+    r.block_table = sub_view(*t.block_table, {0, 0}, {s.batches, t.block_table->sizes[1]});
+  } else {
+    r.k = sub_view(t.k, {0, kv_begin, 0, 0}, {s.batches, kv_heads, t.k.sizes[2], c.head_dim_qk});
+    r.v = sub_view(t.v, {0, kv_begin, 0, 0}, {s.batches, kv_heads, t.v.sizes[2], c.head_dim_v});
+  }
+  if (t.seq_lens_k) r.seq_lens_k = sub_view(*t.seq_lens_k, {0}, {s.batches});
   r.out = sub_view(t.out, {0, s.head_begin, s.row_begin, 0},
                    {s.batches, s.heads, s.rows, c.head_dim_v});
   if (t.mask) {
     const TensorView& m = *t.mask;
     const bool per_batch = m.sizes[0] > 1, per_head = m.sizes[1] > 1;
     r.mask = sub_view(m, {0, per_head ? s.head_begin : 0, s.row_begin, 0},
-                      {per_batch ? s.batches : 1, per_head ? s.heads : 1, s.rows, c.len_k});
+                      {per_batch ? s.batches : 1, per_head ? s.heads : 1, s.rows, m.sizes[3]});
   }
   if (t.sinks) r.sinks = sub_view(*t.sinks, {s.head_begin}, {s.heads});
   if (t.lse) r.lse = sub_view(*t.lse, {0, s.head_begin, s.row_begin}, {s.batches, s.heads, s.rows});
@@ -443,15 +476,31 @@ std::vector<double> time_launches(const std::function<void()>& launch, Device de
 
 // ------------------------------------------------------------- the case
 
+// A block table of distinct pool pages in a shuffled order (from `seed`):
+// the pool has exactly the table's pages.
+void fill_block_table(const CaseSpec& c, uint64_t seed, const Memory& table) {
+  const int64_t pages = c.batch * pages_per_sequence(c);
+  auto* ids = static_cast<int32_t*>(table.data());
+  for (int64_t i = 0; i < pages; ++i) ids[i] = static_cast<int32_t>(i);
+  uint64_t state = seed ^ 0x66;
+  for (int64_t i = pages - 1; i > 0; --i)
+    std::swap(ids[i], ids[static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(i + 1))]);
+}
+
+void fill_seq_lens(const CaseSpec& c, const Memory& lens) {
+  auto* out = static_cast<int32_t*>(lens.data());
+  for (int64_t b = 0; b < c.batch; ++b) out[b] = static_cast<int32_t>(c.seq_lens[size_t(b)]);
+}
+
 // Every buffer of one case. Inputs are generated on the host; on CUDA they
 // are copied to the device and the outputs copied back for checking.
 struct CaseData {
-  Memory q, k, v, mask, sinks;       // host inputs
-  Memory dq, dk, dv, dmask, dsinks;  // their device copies (CUDA)
-  Memory out, lse;                   // outputs on the case's device
-  Memory out_host, lse_host;         // CUDA: the outputs copied back
-  Tensors tensors;                   // views on the case's device
-  Tensors host;                      // views of the host inputs and outputs
+  Memory q, k, v, mask, sinks, table, lens;         // host inputs
+  Memory dq, dk, dv, dmask, dsinks, dtable, dlens;  // their device copies (CUDA)
+  Memory out, lse;                                  // outputs on the case's device
+  Memory out_host, lse_host;                        // CUDA: the outputs copied back
+  Tensors tensors;                                  // views on the case's device
+  Tensors host;                                     // views of the host inputs and outputs
 };
 
 void make_data(const CaseSpec& c, uint64_t seed, CaseData& d) {
@@ -479,11 +528,19 @@ void make_data(const CaseSpec& c, uint64_t seed, CaseData& d) {
     d.sinks = Memory(bytes.sinks, host_device);
     fill_uniform(d.sinks, DType::F32, static_cast<size_t>(c.heads_q), seed ^ 0x55, -1.0f, 3.0f);
   }
+  if (c.page_size > 0) {
+    d.table = Memory(bytes.table, host_device);
+    fill_block_table(c, seed, d.table);
+  }
+  if (!c.seq_lens.empty()) {
+    d.lens = Memory(bytes.lens, host_device);
+    fill_seq_lens(c, d.lens);
+  }
   d.out = Memory(bytes.out, c.device);
   if (c.lse) d.lse = Memory(bytes.lse, c.device);
 
-  Pointers host{d.q.data(),    d.k.data(),     d.v.data(),  d.out.data(),
-                d.mask.data(), d.sinks.data(), d.lse.data()};
+  Pointers host{d.q.data(),     d.k.data(),   d.v.data(),     d.out.data(), d.mask.data(),
+                d.sinks.data(), d.lse.data(), d.table.data(), d.lens.data()};
   if (!on_cuda) {
     d.tensors = make_views(c, host, c.device);
     d.host = d.tensors;
@@ -499,10 +556,12 @@ void make_data(const CaseSpec& c, uint64_t seed, CaseData& d) {
   to_device(d.v, d.dv);
   to_device(d.mask, d.dmask);
   to_device(d.sinks, d.dsinks);
+  to_device(d.table, d.dtable);
+  to_device(d.lens, d.dlens);
   d.out_host = Memory(bytes.out, host_device);
   if (c.lse) d.lse_host = Memory(bytes.lse, host_device);
-  Pointers dev{d.dq.data(),    d.dk.data(),     d.dv.data(), d.out.data(),
-               d.dmask.data(), d.dsinks.data(), d.lse.data()};
+  Pointers dev{d.dq.data(),     d.dk.data(),  d.dv.data(),     d.out.data(),  d.dmask.data(),
+               d.dsinks.data(), d.lse.data(), d.dtable.data(), d.dlens.data()};
   d.tensors = make_views(c, dev, c.device);
   host.out = d.out_host.data();
   host.lse = d.lse_host.data();
@@ -721,7 +780,17 @@ std::string CaseSpec::feature_label() const {
   if (lse) add("lse");
   if (v_aliases_k) add("mla");
   if (pad_rows) add("padded");
+  if (page_size > 0) add("paged" + std::to_string(page_size));
+  if (!seq_lens.empty()) add("ragged");
   return s.empty() ? "-" : s;
+}
+
+int64_t CaseSpec::key_capacity() const {
+  return page_size > 0 ? (len_k + page_size - 1) / page_size * page_size : len_k;
+}
+
+int64_t CaseSpec::sequence_len(int64_t b) const {
+  return seq_lens.empty() ? key_capacity() : seq_lens[static_cast<size_t>(b)];
 }
 
 bool CaseSpec::bandwidth_bound() const {
@@ -749,6 +818,20 @@ Problem describe_case(const CaseSpec& c) {
   p.mask = place(bytes.mask);
   p.sinks = place(bytes.sinks);
   p.lse = place(bytes.lse);
+  p.table = place(bytes.table);
+  p.lens = place(bytes.lens);
+  // A CPU call's block table and lengths are read by describe(): real ones.
+  Memory table, lens;
+  if (c.device.type == DeviceType::CPU && c.page_size > 0) {
+    table = Memory(bytes.table, Device{});
+    fill_block_table(c, 0, table);
+    p.table = table.data();
+  }
+  if (c.device.type == DeviceType::CPU && !c.seq_lens.empty()) {
+    lens = Memory(bytes.lens, Device{});
+    fill_seq_lens(c, lens);
+    p.lens = lens.data();
+  }
   return describe(make_views(c, p, c.device), c.options);
 }
 
@@ -782,6 +865,7 @@ double tolerance_for(DType dtype, DeviceType device, bool allow_tf32) {
     case DType::F32:
       return device == DeviceType::CUDA && allow_tf32 ? 1e-3 : 1e-5;
     case DType::Bool:
+    case DType::I32:
       break;
   }
   return 0.0;
@@ -790,19 +874,24 @@ double tolerance_for(DType dtype, DeviceType device, bool allow_tf32) {
 CaseResult run_case(const CaseSpec& c, const Settings& settings) {
   CaseResult r;
   try {
-    // The work the case does, from the masks alone (array masks aside).
-    const int64_t pairs = visible_pairs(c.options, c.len_q, c.len_k, 0, c.len_q);
-    int64_t key_begin = c.len_k, key_end = 0;
-    for (int64_t i = 0; i < c.len_q; ++i) {
-      const detail::KeyRange range = detail::visible_keys(c.options, c.len_q, c.len_k, i);
-      if (range.end <= range.begin) continue;
-      key_begin = std::min(key_begin, range.begin);
-      key_end = std::max(key_end, range.end);
+    // The work the case does, from the masks alone (array masks aside),
+    // over each sequence's own keys.
+    double pairs = 0, keys_read = 0;
+    for (int64_t b = 0; b < (c.seq_lens.empty() ? 1 : c.batch); ++b) {
+      const int64_t len = c.sequence_len(b), copies = c.seq_lens.empty() ? c.batch : 1;
+      pairs += static_cast<double>(copies * visible_pairs(c.options, c.len_q, len, 0, c.len_q));
+      int64_t key_begin = len, key_end = 0;
+      for (int64_t i = 0; i < c.len_q; ++i) {
+        const detail::KeyRange range = detail::visible_keys(c.options, c.len_q, len, i);
+        if (range.end <= range.begin) continue;
+        key_begin = std::min(key_begin, range.begin);
+        key_end = std::max(key_end, range.end);
+      }
+      keys_read += static_cast<double>(copies * std::max<int64_t>(0, key_end - key_begin));
     }
-    const double keys_read = static_cast<double>(std::max<int64_t>(0, key_end - key_begin));
-    r.flops = 2.0 * static_cast<double>(c.batch * c.heads_q) * static_cast<double>(pairs) *
+    r.flops = 2.0 * static_cast<double>(c.heads_q) * pairs *
               static_cast<double>(c.head_dim_qk + c.head_dim_v);
-    r.kv_bytes = static_cast<double>(c.batch * c.heads_kv) * keys_read *
+    r.kv_bytes = static_cast<double>(c.heads_kv) * keys_read *
                  static_cast<double>(c.head_dim_qk + (c.v_aliases_k ? 0 : c.head_dim_v)) *
                  static_cast<double>(element_size(c.dtype));
 
@@ -854,6 +943,8 @@ CaseResult run_case(const CaseSpec& c, const Settings& settings) {
           r.unfused_status = "same";
           r.unfused_baseline = p.kernel;
           r.unfused_sample = "all";
+        } else if (c.page_size > 0 || !c.seq_lens.empty()) {
+          r.unfused_status = "n/a: the materializing baselines take dense, equal-length keys";
         } else if (c.device.type == DeviceType::CPU) {
           time_unfused_cpu(c, d, r);
         } else {

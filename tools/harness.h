@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fsdpa/fsdpa.h"
 
@@ -33,7 +34,19 @@ struct CaseSpec {
   // Rows of q, k, v and out start every 16 bytes (D rounded up; the padding
   // is not part of the views), as fused GPU kernels need; else contiguous.
   bool pad_rows = false;
+  // A paged KV cache of pages this many keys (0: dense k and v): len_k is
+  // rounded up to whole pages, each sequence's pages are distinct pool pages
+  // in a shuffled block table.
+  int64_t page_size = 0;
+  // Keys of each sequence (batch of them, each <= len_k): a ragged batch.
+  // Empty: every sequence has len_k keys.
+  std::vector<int64_t> seq_lens;
   Options options;
+
+  // The key capacity of a sequence (len_k, in whole pages when paged).
+  int64_t key_capacity() const;
+  // Sequence b's keys.
+  int64_t sequence_len(int64_t b) const;
 
   // "prefill L=4096", "decode Lk=32768", "Lq=7 Lk=100", plus B when > 1.
   std::string shape_label() const;

@@ -77,7 +77,8 @@ CLI::Validator preset_names() {
 // was given (given()), so presets and defaults fill the rest.
 struct ShapeFlags {
   std::string preset, dtype = "bf16", causal, window, mask = "none", policy, device = "auto";
-  int64_t batch = 1, hq = 0, hkv = 0, lq = 1024, lk = 0, dqk = 0, dv = 0;
+  int64_t batch = 1, hq = 0, hkv = 0, lq = 1024, lk = 0, dqk = 0, dv = 0, page_size = 0;
+  std::vector<int64_t> seq_lens;
   double scale = 0.0, softcap = 0.0;
   bool sinks = false, lse = false, mla = false, pad_rows = false, tf32 = false;
   CLI::App* app = nullptr;
@@ -121,6 +122,14 @@ void add_shape_flags(CLI::App& app, ShapeFlags& f) {
   app.add_flag("--pad-rows", f.pad_rows,
                "rows of q, k, v, out start every 16 bytes (D rounded up) [contiguous rows]")
       ->disable_flag_override();
+  app.add_option("--page-size", f.page_size,
+                 "a paged KV cache of pages of N keys, in a shuffled block table [dense]")
+      ->check(at_least(1));
+  app.add_option("--seq-lens", f.seq_lens,
+                 "N,N,...: keys of each sequence, one per batch entry, each <= Lk (a ragged "
+                 "batch) [Lk each]")
+      ->delimiter(',')
+      ->check(at_least(0));
   app.add_option("--scale", f.scale, "softmax scale [1/sqrt(Dqk)]")->check(CLI::Number);
   app.add_option("--softcap", f.softcap,
                  "logit soft cap: s = C * tanh(s / C) before masks [none; a preset's own]")
@@ -195,6 +204,17 @@ CaseSpec shape_from_flags(const ShapeFlags& f, const Preset* preset = nullptr) {
   if (c.v_aliases_k && c.head_dim_v > c.head_dim_qk)
     throw UsageError(fmt::format("--mla needs Dv <= Dqk (v is a view of k), got Dqk={} Dv={}",
                                  c.head_dim_qk, c.head_dim_v));
+  if (f.given("--page-size")) c.page_size = f.page_size;
+  if (f.given("--seq-lens")) {
+    if (static_cast<int64_t>(f.seq_lens.size()) != c.batch)
+      throw UsageError(
+          fmt::format("--seq-lens gives {} lengths for --batch {}", f.seq_lens.size(), c.batch));
+    for (int64_t len : f.seq_lens)
+      if (len > c.key_capacity())
+        throw UsageError(
+            fmt::format("--seq-lens: {} exceeds the key capacity Lk={}", len, c.key_capacity()));
+    c.seq_lens = f.seq_lens;
+  }
   if (f.given("--scale")) c.options.scale = f.scale;
   c.options.allow_tf32 = f.tf32;
   if (f.given("--softcap")) c.options.softcap = f.softcap;

@@ -1,5 +1,6 @@
 // libFuzzer target for the C ABI: random tensor descriptions (sizes, strides,
-// dtypes, devices, masks, sinks, lse, options), small real buffers that hold
+// dtypes, devices, masks, sinks, lse, paged KV caches with block tables and
+// per-sequence lengths, options), small real buffers that hold
 // exactly what each description addresses, one fsdpa_attention call. Checks:
 // no crash or sanitizer report; a failure is a nonzero status with a message
 // starting "fsdpa: "; a success on the fused path equals the float64
@@ -11,6 +12,7 @@
 // data, which the library must refuse whenever the tensor has elements.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -129,6 +131,10 @@ void describe(FuzzedDataProvider& in, Buffer& b, int rank, const int64_t* sizes,
         std::memcpy(at, &x, 4);
       } else if (dtype == FSDPA_DTYPE_BOOL) {
         *at = static_cast<unsigned char>(rng() % 3);  // 0, 1, 2: any nonzero byte is true
+      } else if (dtype == FSDPA_DTYPE_I32) {
+        // Indices: the caller sets them (fill_indices); small values meanwhile.
+        const int32_t index = static_cast<int32_t>(rng() % 4);
+        std::memcpy(at, &index, 4);
       } else {
         uint32_t bits = 0;
         std::memcpy(&bits, &x, 4);
@@ -143,6 +149,29 @@ void describe(FuzzedDataProvider& in, Buffer& b, int rank, const int64_t* sizes,
     t.data = b.bytes.data();
   } else {
     t.data = nullptr;
+  }
+}
+
+// Block-table ids or lengths: mostly in [0, valid), sometimes just outside
+// it (-1, valid, a huge value), written at every element the view addresses.
+void fill_indices(FuzzedDataProvider& in, Buffer& b, int64_t valid) {
+  for (size_t at = 0; at + 4 <= b.bytes.size(); at += 4) {
+    int32_t x =
+        valid > 0 ? static_cast<int32_t>(in.ConsumeIntegralInRange<int64_t>(0, valid - 1)) : 0;
+    switch (in.ConsumeIntegralInRange<int>(0, 31)) {
+      case 0:
+        x = -1;
+        break;
+      case 1:
+        x = static_cast<int32_t>(std::min<int64_t>(valid, INT32_MAX));
+        break;
+      case 2:
+        x = INT32_MAX;
+        break;
+      default:
+        break;
+    }
+    std::memcpy(b.bytes.data() + at, &x, 4);
   }
 }
 
@@ -195,10 +224,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t dv = in.ConsumeBool() ? dqk : pick_size(in);
   const bool exotic = in.ConsumeIntegralInRange<int>(0, 3) == 0;
 
-  Buffer q, k, v, out, mask, sinks, lse;
+  // A paged cache: k and v pools of `pages` pages of `page_size` keys behind
+  // a block table of `max_pages` columns (the key capacity replaces len_k).
+  const bool paged = in.ConsumeIntegralInRange<int>(0, 3) == 0;
+  const int64_t page_size = paged ? pick_size(in) : 0, pages = paged ? pick_size(in) : 0;
+  const int64_t max_pages = paged ? pick_size(in) : 0;
+  int64_t capacity = len_k;
+  if (paged && __builtin_mul_overflow(page_size, max_pages, &capacity)) capacity = len_k;
+  Buffer q, k, v, out, mask, sinks, lse, table, lens;
   const int64_t q_sizes[4] = {batch, heads_q, len_q, dqk};
-  const int64_t k_sizes[4] = {batch, heads_kv, len_k, dqk};
-  const int64_t v_sizes[4] = {batch, heads_kv, len_k, dv};
+  const int64_t k_sizes[4] = {paged ? pages : batch, paged ? page_size : heads_kv,
+                              paged ? heads_kv : len_k, dqk};
+  const int64_t v_sizes[4] = {paged ? pages : batch, paged ? page_size : heads_kv,
+                              paged ? heads_kv : len_k, dv};
   const int64_t out_sizes[4] = {batch, heads_q, len_q, dv};
   describe(in, q, 4, q_sizes, dtype, rng, exotic);
   describe(in, k, 4, k_sizes, dtype, rng, exotic);
@@ -212,7 +250,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in.ConsumeBool()) {
     const bool boolean = in.ConsumeBool();
     const int64_t mask_sizes[4] = {in.ConsumeBool() ? batch : 1, in.ConsumeBool() ? heads_q : 1,
-                                   len_q, len_k};
+                                   len_q, capacity};
     describe(in, mask, 4, mask_sizes, boolean ? FSDPA_DTYPE_BOOL : dtype, rng, exotic);
     t.mask = &mask.view;
   }
@@ -227,6 +265,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t lse_sizes[3] = {batch, heads_q, len_q};
     describe(in, lse, 3, lse_sizes, FSDPA_DTYPE_F32, rng, false);
     t.lse = &lse.view;
+  }
+
+  if (paged) {
+    const int64_t table_sizes[2] = {batch, max_pages};
+    describe(in, table, 2, table_sizes, FSDPA_DTYPE_I32, rng, exotic);
+    fill_indices(in, table, pages);
+    t.block_table = &table.view;
+  }
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {  // per-sequence lengths, paged or dense
+    const int64_t lens_sizes[1] = {batch};
+    describe(in, lens, 1, lens_sizes, FSDPA_DTYPE_I32, rng, false);
+    fill_indices(in, lens, capacity < INT32_MAX ? capacity + 1 : 1);
+    t.seq_lens_k = &lens.view;
   }
 
   fsdpa_options o = fsdpa_options_init();
@@ -262,6 +313,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (t.mask) print("mask", *t.mask);
     if (t.sinks) print("sinks", *t.sinks);
     if (t.lse) print("lse", *t.lse);
+    if (t.block_table) print("block_table", *t.block_table);
+    if (t.seq_lens_k) print("seq_lens_k", *t.seq_lens_k);
     std::fprintf(stderr, "causal %d align %d window %d/%lld scale %d/%g softcap %g\n", o.causal,
                  o.causal_align, o.has_window, (long long)o.window_left, o.has_scale, o.scale,
                  o.softcap);
