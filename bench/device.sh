@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants|paged]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -24,6 +24,11 @@
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
 # `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
+# `paged` is the loop for paged and ragged KV caches: every GPU suite (the
+# decode kernels and the key rule under them changed), the paged suite,
+# memcheck/racecheck on a small paged grid, paged_bench.py, and with
+# AB_BASE=1 the decode rows DECODE_ROWS against .devbuild/base.tgz
+# (PAGED_SUITES=all: the prefill and unfused suites too).
 # `coverage` is the loop for the head dims above 256 and the soft cap: the
 # prefill, unfused and decode GPU tests, decode-vs-prefill, memcheck and
 # racecheck on the column-slice kernels, and compare_torch.py --large.
@@ -99,7 +104,8 @@ t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
   -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill >>"$OUT/build.log" 2>&1 ||
+ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill \
+  gpu_test_paged >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
@@ -147,6 +153,7 @@ run_gpu_suites() {
   for p in "${pids[@]}"; do wait "$p"; done
   timeout $(limit "$2") $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
   timeout $(limit "$3") $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
+  timeout $(limit "$3") $BUILD/bin/gpu_test_paged --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
@@ -345,6 +352,54 @@ if [ "$STAGES" = variants ]; then
   ab_variants softcap_ab_run
 fi
 
+# ------------------------------------------------------------------ paged loop
+if [ "$STAGES" = paged ]; then
+  # PAGED_SUITES=all: every GPU suite; none: no tests; else the decode,
+  # decode-vs-prefill and paged ones.
+  if [ "${PAGED_SUITES:-decode}" = all ]; then
+    run_gpu_suites 200 150 90
+  elif [ "${PAGED_SUITES:-decode}" != none ]; then
+    t0=$(date +%s)
+    for suite in gpu_test_paged gpu_test_decode gpu_test_decode_vs_prefill; do
+      timeout $(limit 150) $BUILD/bin/$suite --gtest_brief=1 >>"$OUT/tests.log" 2>&1
+    done
+    say "decode + paged gpu tests: $(($(date +%s) - t0)) s"
+    report_tests
+  fi
+  mkdir -p "$OUT/bench"
+  t0=$(date +%s)
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
+    python3 bench/paged_bench.py --out "$OUT/bench/h200-paged.json" --md "$OUT/bench/h200-paged.md" \
+    ${PAGED_ARGS:-} >"$OUT/bench-paged.log" 2>&1
+  say "paged bench: rc=$? $(($(date +%s) - t0)) s"
+  grep -E "us, paged16" "$OUT/bench-paged.log" | cut -c1-200 | tee -a "$SUMMARY"
+  tail -5 "$OUT/bench-paged.log" | grep -E "Error|error" | tee -a "$SUMMARY"
+  [ "${PAGED_SUITES:-decode}" != none ] &&
+    sanitize_small gpu_test_paged 'PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools' 120 paged
+  if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
+    rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
+    cp bench/decode_bench.py bench/timing.py /tmp/base/bench/
+    t0=$(date +%s)
+    cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
+      -DFSDPA_BUILD_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/ab/build.log" 2>&1 &&
+      ninja -C /tmp/base/build -j16 fsdpa >>"$OUT/ab/build.log" 2>&1
+    say "ab base build: rc=$? $(($(date +%s) - t0)) s"
+    # Each library with its own tree's Python wrapper (the C ABI may differ).
+    for rep in 1 2; do
+      for variant in base tree; do
+        root=$PWD && [ $variant = base ] && root=/tmp/base
+        lib=$PWD/$BUILD/libfsdpa.so && [ $variant = base ] && lib=/tmp/base/build/libfsdpa.so
+        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
+          python3 "$root/bench/decode_bench.py" --rows "${DECODE_ROWS:-15,3,0,8,17}" --fsdpa-only \
+          --out "$OUT/ab/decode-$variant-$rep.json" --md "$OUT/ab/decode-$variant-$rep.md" \
+          --png "$OUT/ab/decode-$variant-$rep.png" >"$OUT/ab/decode-$variant-$rep.log" 2>&1
+        grep -E "^\('" "$OUT/ab/decode-$variant-$rep.log" | sed "s/^/ab decode $variant #$rep: /" |
+          cut -c1-200 | tee -a "$SUMMARY"
+      done
+    done
+  fi
+fi
+
 # ------------------------------------------------------------------ ecosystem
 # The Python side on the GPU: every GPU suite (the library's call path
 # changed under them), the Python GPU tests (torch op, torch.compile, CUDA
@@ -447,7 +502,7 @@ if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ]; then
 fi
 echo "=================== summary"
 cat "$SUMMARY"
-for f in h200-prefill.md h200-prefill-large.md h200-decode.md; do
+for f in h200-prefill.md h200-prefill-large.md h200-decode.md h200-paged.md; do
   [ -f "$OUT/bench/$f" ] && grep -E '^\|' "$OUT/bench/$f" | cut -c1-200
 done
 exit 0
