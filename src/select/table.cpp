@@ -27,7 +27,7 @@ const KernelRow kTable[] = {
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
      "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine; rows of any alignment "
-     "(narrow copies below 16 bytes)"},
+     "(narrow copies below 16 bytes); dense or paged KV caches, per-sequence key lengths"},
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
      "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "
@@ -49,7 +49,7 @@ const KernelRow kTable[] = {
     {"cpu_fused_online_softmax", Backend::CPU, Path::FusedPrefill, cpu::fused_supports,
      cpu::fused_configure, cpu::fused_launch,
      "every valid shape: f16/bf16/f32 (f32 accumulation), any Dqk/Dv, any strides, all "
-     "semantics; O(tile) memory"},
+     "semantics, dense or paged KV caches, per-sequence key lengths; O(tile) memory"},
     {"cpu_reference_f64", Backend::CPU, Path::Unfused, cpu::reference_supports,
      cpu::reference_configure, cpu::reference_launch,
      "every valid shape, float64, one query row of scores at a time (the test oracle)"},
