@@ -879,7 +879,8 @@ CaseResult run_case(const CaseSpec& c, const Settings& settings) {
     double pairs = 0, keys_read = 0;
     for (int64_t b = 0; b < (c.seq_lens.empty() ? 1 : c.batch); ++b) {
       const int64_t len = c.sequence_len(b), copies = c.seq_lens.empty() ? c.batch : 1;
-      pairs += static_cast<double>(copies * visible_pairs(c.options, c.len_q, len, 0, c.len_q));
+      pairs += static_cast<double>(copies) *  // in double: sizes may be past any memory
+               static_cast<double>(visible_pairs(c.options, c.len_q, len, 0, c.len_q));
       int64_t key_begin = len, key_end = 0;
       for (int64_t i = 0; i < c.len_q; ++i) {
         const detail::KeyRange range = detail::visible_keys(c.options, c.len_q, len, i);
@@ -887,7 +888,8 @@ CaseResult run_case(const CaseSpec& c, const Settings& settings) {
         key_begin = std::min(key_begin, range.begin);
         key_end = std::max(key_end, range.end);
       }
-      keys_read += static_cast<double>(copies * std::max<int64_t>(0, key_end - key_begin));
+      keys_read += static_cast<double>(copies) *
+                   static_cast<double>(std::max<int64_t>(0, key_end - key_begin));
     }
     r.flops = 2.0 * static_cast<double>(c.heads_q) * pairs *
               static_cast<double>(c.head_dim_qk + c.head_dim_v);
