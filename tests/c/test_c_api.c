@@ -725,6 +725,69 @@ static void* second_thread(void* argument) {
   return NULL;
 }
 
+/* A paged cache from C: k and v as page pools [pages, 4, Hkv, D] behind a
+ * reversed block table, per-sequence lengths; the output equals the dense
+ * ragged call on the same keys, bit for bit (the CPU paths load rows, then
+ * compute alike), on both policies; the plan reports the cache. */
+static void test_paged_cache(void) {
+  enum { B = 2, HQ = 4, HKV = 2, LQ = 3, LK = 12, D = 8, PAGE = 4, PAGES = B * LK / PAGE };
+  static const int32_t policies[] = {FSDPA_POLICY_FUSED, FSDPA_POLICY_UNFUSED};
+  float* q = random_floats((size_t)(B * HQ * LQ * D));
+  float* k = random_floats((size_t)(B * HKV * LK * D));
+  float* v = random_floats((size_t)(B * HKV * LK * D));
+  float* k_pool = poisoned_floats((size_t)(PAGES * PAGE * HKV * D));
+  float* v_pool = poisoned_floats((size_t)(PAGES * PAGE * HKV * D));
+  float* out_dense = poisoned_floats((size_t)(B * HQ * LQ * D));
+  float* out_paged = poisoned_floats((size_t)(B * HQ * LQ * D));
+  int32_t table[B][LK / PAGE], lens[B] = {LK, 5};
+  for (int b = 0; b < B; ++b)
+    for (int page = 0; page < LK / PAGE; ++page) {
+      const int slot = PAGES - 1 - (b * (LK / PAGE) + page); /* reversed */
+      table[b][page] = slot;
+      for (int r = 0; r < PAGE; ++r)
+        for (int h = 0; h < HKV; ++h)
+          for (int d = 0; d < D; ++d) {
+            const int64_t dense = ((int64_t)(b * HKV + h) * LK + page * PAGE + r) * D + d;
+            const int64_t pooled = (((int64_t)slot * PAGE + r) * HKV + h) * D + d;
+            k_pool[pooled] = k[dense];
+            v_pool[pooled] = v[dense];
+          }
+    }
+  const int64_t table_sizes[2] = {B, LK / PAGE}, lens_size = B;
+  fsdpa_tensor table_view = contiguous(table, FSDPA_DTYPE_I32, 2, table_sizes);
+  fsdpa_tensor lens_view = contiguous(lens, FSDPA_DTYPE_I32, 1, &lens_size);
+  fsdpa_tensors dense = {0}, paged = {0};
+  dense.q = paged.q = contiguous4(q, FSDPA_DTYPE_F32, B, HQ, LQ, D);
+  dense.k = contiguous4(k, FSDPA_DTYPE_F32, B, HKV, LK, D);
+  dense.v = contiguous4(v, FSDPA_DTYPE_F32, B, HKV, LK, D);
+  dense.out = contiguous4(out_dense, FSDPA_DTYPE_F32, B, HQ, LQ, D);
+  paged.k = contiguous4(k_pool, FSDPA_DTYPE_F32, PAGES, PAGE, HKV, D);
+  paged.v = contiguous4(v_pool, FSDPA_DTYPE_F32, PAGES, PAGE, HKV, D);
+  paged.out = contiguous4(out_paged, FSDPA_DTYPE_F32, B, HQ, LQ, D);
+  dense.seq_lens_k = paged.seq_lens_k = &lens_view;
+  paged.block_table = &table_view;
+  for (size_t pi = 0; pi < sizeof policies / sizeof policies[0]; ++pi) {
+    fsdpa_options o = fsdpa_options_init();
+    o.causal = 1;
+    o.policy = policies[pi];
+    CHECK(fsdpa_attention(&dense, &o, NULL) == FSDPA_OK);
+    CHECK(fsdpa_attention(&paged, &o, NULL) == FSDPA_OK);
+    CHECK(memcmp(out_dense, out_paged, sizeof(float) * B * HQ * LQ * D) == 0);
+    CHECK(!isnan(out_paged[0]) && !isnan(out_paged[B * HQ * LQ * D - 1]));
+  }
+  fsdpa_plan* plan = NULL;
+  fsdpa_plan_info info;
+  CHECK(fsdpa_plan_create(&paged, NULL, &plan) == FSDPA_OK);
+  CHECK(fsdpa_plan_get_info(plan, &info) == FSDPA_OK);
+  CHECK(info.page_size == PAGE && info.num_pages == PAGES && info.has_seq_lens_k == 1);
+  CHECK(info.len_k == LK && info.num_v_slices == 1);
+  fsdpa_plan_destroy(plan);
+  table[1][1] = PAGES; /* sequence 1's second page: outside the pool */
+  CHECK_ERROR(fsdpa_attention(&paged, NULL, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
+              "block_table: element [1, 1] is 6, outside the pool's 6 pages");
+  free(q), free(k), free(v), free(k_pool), free(v_pool), free(out_dense), free(out_paged);
+}
+
 static void test_thread_local_last_error(void) {
   CHECK_ERROR(fsdpa_attention(NULL, NULL, NULL), FSDPA_ERROR_INVALID_ARGUMENT,
               "fsdpa: tensors: null pointer");
@@ -764,6 +827,7 @@ int main(void) {
   test_attention_matches_naive();
   test_plan_and_run();
   test_errors();
+  test_paged_cache();
   test_thread_local_last_error();
   test_version_and_matrix();
   printf("test_c_api: %d checks, %d failed\n", g_checks, g_failures);

@@ -53,6 +53,7 @@ std::vector<PagedCase> paged_grid() {
   // strides, a table without lengths (every sequence full).
   add([](PagedCase& c) { c.heads_q = c.heads_kv = 3; });
   add([](PagedCase& c) { c.heads_q = 16, c.heads_kv = 1, c.len_q = 2; });
+  add([](PagedCase& c) { c.heads_q = 128, c.heads_kv = 1, c.dqk = c.dv = 16, c.max_pages = 2; });
   add([](PagedCase& c) { c.dqk = 72, c.dv = 72, c.padded = true; });
   add([](PagedCase& c) { c.dqk = 96, c.dv = 64; });
   add([](PagedCase& c) { c.dqk = 192, c.dv = 128, c.heads_q = c.heads_kv = 2; });
