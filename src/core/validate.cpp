@@ -220,6 +220,9 @@ void check_kv_index(const Tensors& t, const Problem& p) {
                       " bytes past a multiple of 4");
     return;
   }
+  // A call that writes nothing reads nothing (and its batch may be past any
+  // memory: q can have no element).
+  if (!writes_output(p)) return;
   const KvIndex kv = make_kv_index(t, p);
   for (int64_t b = 0; b < p.batch; ++b) {
     int64_t len = p.len_k;
@@ -231,15 +234,17 @@ void check_kv_index(const Tensors& t, const Problem& p) {
                       (p.page_size > 0 ? " (max_pages * page_size)" : " (k's len_k)"));
     }
     if (kv.block_table == nullptr) continue;
-    for (int64_t page = 0; page * p.page_size < len; ++page) {
+    // The pages the sequence uses; a column stride of 0 repeats one id.
+    const int64_t used = (len + p.page_size - 1) / p.page_size;
+    const int64_t distinct = kv.block_table_strides[1] == 0 ? std::min<int64_t>(used, 1) : used;
+    for (int64_t page = 0; page < distinct; ++page) {
       const int64_t id = load_index(
           kv.block_table, b * kv.block_table_strides[0] + page * kv.block_table_strides[1]);
       if (id < 0 || id >= p.num_pages)
         throw_invalid("block_table: element [" + std::to_string(b) + ", " + std::to_string(page) +
                       "] is " + std::to_string(id) + ", outside the pool's " +
                       std::to_string(p.num_pages) + " pages (k's size 0); sequence " +
-                      std::to_string(b) + " uses its first " +
-                      std::to_string((len + p.page_size - 1) / p.page_size) + " pages");
+                      std::to_string(b) + " uses its first " + std::to_string(used) + " pages");
     }
   }
 }

@@ -159,6 +159,23 @@ TEST(PagedErrors, UnusedTableEntriesAreNotRead) {
   EXPECT_TRUE(check_paged(d).ok);
 }
 
+// A table broadcast over 2^30 columns (stride 0: one id) is checked once,
+// and a call on it costs its sequences' keys, not the capacity.
+TEST(PagedErrors, BroadcastTableIsCheckedOnce) {
+  Rng rng(base_seed());
+  PagedData d = error_base(rng);
+  d.tensors.block_table->sizes[1] = int64_t{1} << 30;
+  d.tensors.block_table->strides = {0, 0, 0, 0};
+  set_index(d.table, 0, 1);
+  for (int64_t b = 0; b < 3; ++b) set_index(d.lens, b, static_cast<int32_t>(2 + b));
+  d.options.policy = Policy::ForceFused;
+  attention(d.tensors, d.options);
+  const Problem p = describe(d.tensors, d.options);
+  EXPECT_EQ(p.len_k, int64_t{4} << 30);
+  set_index(d.table, 0, -3);
+  expect_invalid([&] { attention(d.tensors, d.options); }, "block_table: element [0, 0] is -3");
+}
+
 TEST(PagedErrors, LengthsOutOfRange) {
   Rng rng(base_seed());
   PagedData d = error_base(rng);
