@@ -220,9 +220,10 @@ void check_kv_index(const Tensors& t, const Problem& p) {
                       " bytes past a multiple of 4");
     return;
   }
-  // A call that writes nothing reads nothing (and its batch may be past any
-  // memory: q can have no element).
-  if (!writes_output(p)) return;
+  // Nothing to check without a table or lengths, and a call that writes
+  // nothing reads nothing (its batch may be past any memory: q can have no
+  // element).
+  if ((!t.block_table && !t.seq_lens_k) || !writes_output(p)) return;
   const KvIndex kv = make_kv_index(t, p);
   for (int64_t b = 0; b < p.batch; ++b) {
     int64_t len = p.len_k;

@@ -176,6 +176,22 @@ TEST(PagedErrors, BroadcastTableIsCheckedOnce) {
   expect_invalid([&] { attention(d.tensors, d.options); }, "block_table: element [0, 0] is -3");
 }
 
+// The fuzzer's find: the index checks looped over a batch of 2^59 (q with
+// no query rows, so no memory) although the call had neither table nor
+// lengths. A call without them, or one that writes nothing, checks nothing.
+TEST(PagedErrors, HugeBatchWithoutRowsDescribesAtOnce) {
+  const int64_t batch = int64_t{1} << 59;
+  Tensors t;
+  t.q = strided_view(nullptr, DType::F16, {batch, 10, 0, 5}, {50, 5, 5, 1});
+  t.k = strided_view(nullptr, DType::F16, {batch, 5, 0, 5}, {25, 5, 5, 1});
+  t.v = t.k;
+  t.out = t.q;
+  Options o;
+  o.policy = Policy::ForceFused;
+  attention(t, o);
+  EXPECT_EQ(describe(t, o).batch, batch);
+}
+
 TEST(PagedErrors, LengthsOutOfRange) {
   Rng rng(base_seed());
   PagedData d = error_base(rng);
