@@ -46,7 +46,8 @@ double reference_row(const Problem& p, const Options& options, double scale, con
       if (mask_value == kMinusInf) continue;  // masked: contributes nothing, whatever q.k is
     }
     double dot = 0.0;
-    const int64_t k_row = key_row_offset(kv, k_strides, b, kv_head, j);
+    // A k without elements (Dqk = 0) may have any strides: no offset then.
+    const int64_t k_row = p.head_dim_qk > 0 ? key_row_offset(kv, k_strides, b, kv_head, j) : 0;
     for (int64_t d = 0; d < p.head_dim_qk; ++d)
       dot += static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
              static_cast<double>(load_as_float(t.k.data, p.dtype, k_row + d * k_strides.col));
@@ -74,7 +75,7 @@ double reference_row(const Problem& p, const Options& options, double scale, con
     if (scores[j] == kMinusInf) continue;
     const double weight = std::exp(scores[j] - row_max);
     denominator += weight;
-    const int64_t v_row = key_row_offset(kv, v_strides, b, kv_head, j);
+    const int64_t v_row = p.head_dim_v > 0 ? key_row_offset(kv, v_strides, b, kv_head, j) : 0;
     for (int64_t d = 0; d < p.head_dim_v; ++d)
       out_row[d] +=
           weight * static_cast<double>(load_as_float(t.v.data, p.dtype, v_row + d * v_strides.col));

@@ -192,6 +192,32 @@ TEST(PagedErrors, HugeBatchWithoutRowsDescribesAtOnce) {
   EXPECT_EQ(describe(t, o).batch, batch);
 }
 
+// The fuzzer's second find: a k without elements (Dqk = 0) may carry any
+// strides; the reference formed key offsets from them (signed overflow).
+// Both paths give the mean of v (every score is 0).
+TEST(PagedErrors, KeysWithoutColumnsAndHugeStrides) {
+  std::vector<float> v(4 * 3 * 4 * 3, 0.5f), out(4 * 6 * 6 * 3, -1.0f), lse(4 * 6 * 6, 0.0f);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 7) * 0.25f;
+  Tensors t;
+  t.q = strided_view(nullptr, DType::F32, {4, 6, 6, 0}, {42, 0, 7, 7});
+  t.k = strided_view(nullptr, DType::F32, {4, 3, 4, 0}, {3, 1, INT64_MAX, 1});
+  t.v = contiguous_view(v.data(), DType::F32, {4, 3, 4, 3});
+  t.out = contiguous_view(out.data(), DType::F32, {4, 6, 6, 3});
+  t.lse = contiguous_view(lse.data(), DType::F32, {4, 6, 6});
+  for (Policy policy : {Policy::Unfused, Policy::ForceFused}) {
+    Options o;
+    o.policy = policy;
+    attention(t, o);
+    // out[b, h, i, d] = mean over the 4 keys of kv head h / 2.
+    const int64_t b = 3, h = 5, d = 2;
+    double mean = 0;
+    for (int64_t j = 0; j < 4; ++j)
+      mean += v[static_cast<size_t>(((b * 3 + h / 2) * 4 + j) * 3 + d)];
+    EXPECT_NEAR(out[static_cast<size_t>(((b * 6 + h) * 6 + 5) * 3 + d)], mean / 4, 1e-6)
+        << to_string(policy);
+  }
+}
+
 TEST(PagedErrors, LengthsOutOfRange) {
   Rng rng(base_seed());
   PagedData d = error_base(rng);
