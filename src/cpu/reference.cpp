@@ -18,9 +18,11 @@ namespace {
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
 // Computes out[b, h, row, :] into out_row (Dv doubles) and returns the LSE.
-// scores must hold len_k doubles.
+// Two passes over the row's visible keys, each computing their scores (the
+// max, then the weights), so that no buffer grows with the key count: a
+// paged call's capacity, or a broadcast k's length, may be past any memory.
 double reference_row(const Problem& p, const Options& options, double scale, const Tensors& t,
-                     int64_t b, int64_t h, int64_t row, double* scores, double* out_row) {
+                     int64_t b, int64_t h, int64_t row, double* out_row) {
   const int64_t kv_head = h / (p.heads_q / p.heads_kv);
   const KvIndex kv = make_kv_index(t, p);
   const int64_t len_k = sequence_len_k(kv, b);  // this sequence's keys: [0, len_k)
@@ -29,21 +31,16 @@ double reference_row(const Problem& p, const Options& options, double scale, con
   const KeyRange visible = visible_keys(options, p.len_q, len_k, row);
   const TensorView mask = t.mask ? broadcast_strides(*t.mask) : TensorView{};
 
-  // Scores; -inf marks a key that is masked out. A NaN score of a key the
-  // row sees makes the row NaN (std::max would skip it).
-  double row_max = kMinusInf;
-  bool saw_nan = false;
-  for (int64_t j = 0; j < len_k; ++j) {
-    scores[j] = kMinusInf;
-    if (j < visible.begin || j >= visible.end) continue;
+  // Key j's score; -inf marks a key that is masked out.
+  auto score = [&](int64_t j) {
     double mask_value = 0.0;
     if (p.mask != MaskKind::None) {
       mask_value = load_as_float(mask.data, mask.dtype, offset_of(mask, b, h, row, j));
       if (p.mask == MaskKind::Boolean) {
-        if (mask_value == 0.0) continue;
+        if (mask_value == 0.0) return kMinusInf;
         mask_value = 0.0;
       }
-      if (mask_value == kMinusInf) continue;  // masked: contributes nothing, whatever q.k is
+      if (mask_value == kMinusInf) return kMinusInf;  // contributes nothing, whatever q.k is
     }
     double dot = 0.0;
     // A k without elements (Dqk = 0) may have any strides: no offset then.
@@ -51,9 +48,17 @@ double reference_row(const Problem& p, const Options& options, double scale, con
     for (int64_t d = 0; d < p.head_dim_qk; ++d)
       dot += static_cast<double>(load_as_float(t.q.data, p.dtype, offset_of(t.q, b, h, row, d))) *
              static_cast<double>(load_as_float(t.k.data, p.dtype, k_row + d * k_strides.col));
-    scores[j] = soft_cap(scale * dot, options.softcap) + mask_value;
-    if (std::isnan(scores[j])) saw_nan = true;
-    row_max = std::max(row_max, scores[j]);
+    return soft_cap(scale * dot, options.softcap) + mask_value;
+  };
+
+  // The max. A NaN score of a key the row sees makes the row NaN (std::max
+  // would skip it).
+  double row_max = kMinusInf;
+  bool saw_nan = false;
+  for (int64_t j = visible.begin; j < visible.end; ++j) {
+    const double s = score(j);
+    if (std::isnan(s)) saw_nan = true;
+    row_max = std::max(row_max, s);
   }
 
   // The sink joins the denominator (and the max, for stability) only.
@@ -71,9 +76,10 @@ double reference_row(const Problem& p, const Options& options, double scale, con
   if (row_max == kMinusInf) return kMinusInf;  // fully masked: exactly 0, lse = -inf
 
   double denominator = std::exp(sink - row_max);  // 0 without a sink
-  for (int64_t j = 0; j < len_k; ++j) {
-    if (scores[j] == kMinusInf) continue;
-    const double weight = std::exp(scores[j] - row_max);
+  for (int64_t j = visible.begin; j < visible.end; ++j) {
+    const double s = score(j);
+    if (s == kMinusInf) continue;
+    const double weight = std::exp(s - row_max);
     denominator += weight;
     const int64_t v_row = p.head_dim_v > 0 ? key_row_offset(kv, v_strides, b, kv_head, j) : 0;
     for (int64_t d = 0; d < p.head_dim_v; ++d)
@@ -85,13 +91,13 @@ double reference_row(const Problem& p, const Options& options, double scale, con
 }
 
 template <typename RowSink>
-void for_each_row(const Problem& p, const Options& options, const Tensors& t, double* scores,
-                  double* out_row, RowSink&& sink) {
+void for_each_row(const Problem& p, const Options& options, const Tensors& t, double* out_row,
+                  RowSink&& sink) {
   const double scale = resolve_scale(options, p.head_dim_qk);
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.heads_q; ++h)
       for (int64_t i = 0; i < p.len_q; ++i) {
-        double lse = reference_row(p, options, scale, t, b, h, i, scores, out_row);
+        double lse = reference_row(p, options, scale, t, b, h, i, out_row);
         sink(b, h, i, out_row, lse);
       }
 }
@@ -103,9 +109,8 @@ ReferenceResult reference_attention(const Tensors& t, const Options& options) {
   ReferenceResult result;
   result.out.resize(static_cast<size_t>(p.batch * p.heads_q * p.len_q * p.head_dim_v));
   result.lse.resize(static_cast<size_t>(p.batch * p.heads_q * p.len_q));
-  std::vector<double> scores(static_cast<size_t>(p.len_k));
   std::vector<double> out_row(static_cast<size_t>(p.head_dim_v));
-  for_each_row(p, options, t, scores.data(), out_row.data(),
+  for_each_row(p, options, t, out_row.data(),
                [&](int64_t b, int64_t h, int64_t i, const double* row, double lse) {
                  const int64_t r = (b * p.heads_q + h) * p.len_q + i;
                  for (int64_t d = 0; d < p.head_dim_v; ++d)
@@ -119,19 +124,18 @@ Verdict reference_supports(const Problem&, const Options&) { return Verdict::yes
 
 void reference_configure(const Problem& problem, Plan& plan) {
   plan.num_threads = 1;
-  plan.workspace_bytes =
-      writes_output(problem) && !lse_only(problem)
-          ? static_cast<size_t>(problem.len_k + problem.head_dim_v) * sizeof(double)
-          : 0;
+  // One output row of doubles: nothing grows with the key count.
+  plan.workspace_bytes = writes_output(problem) && !lse_only(problem)
+                             ? static_cast<size_t>(problem.head_dim_v) * sizeof(double)
+                             : 0;
 }
 
 void reference_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   const Problem& p = plan.problem;
   if (!writes_output(p)) return;
   if (lse_only(p)) return lse_only_launch(p, plan.options, t);
-  double* scores = static_cast<double*>(workspace);
-  double* out_row = scores + p.len_k;
-  for_each_row(p, plan.options, t, scores, out_row,
+  double* out_row = static_cast<double*>(workspace);
+  for_each_row(p, plan.options, t, out_row,
                [&](int64_t b, int64_t h, int64_t i, const double* row, double lse) {
                  for (int64_t d = 0; d < p.head_dim_v; ++d)
                    store_from_float(t.out.data, p.dtype, offset_of(t.out, b, h, i, d),

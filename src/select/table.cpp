@@ -52,7 +52,8 @@ const KernelRow kTable[] = {
      "semantics, dense or paged KV caches, per-sequence key lengths; O(tile) memory"},
     {"cpu_reference_f64", Backend::CPU, Path::Unfused, cpu::reference_supports,
      cpu::reference_configure, cpu::reference_launch,
-     "every valid shape, float64, one query row of scores at a time (the test oracle)"},
+     "every valid shape, float64, two passes over each query row's keys, O(Dv) memory (the "
+     "test oracle)"},
 };
 
 }  // namespace

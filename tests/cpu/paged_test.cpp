@@ -160,7 +160,8 @@ TEST(PagedErrors, UnusedTableEntriesAreNotRead) {
 }
 
 // A table broadcast over 2^30 columns (stride 0: one id) is checked once,
-// and a call on it costs its sequences' keys, not the capacity.
+// and a call on it costs its sequences' keys, not the capacity, in time and
+// in memory.
 TEST(PagedErrors, BroadcastTableIsCheckedOnce) {
   Rng rng(base_seed());
   PagedData d = error_base(rng);
@@ -168,8 +169,13 @@ TEST(PagedErrors, BroadcastTableIsCheckedOnce) {
   d.tensors.block_table->strides = {0, 0, 0, 0};
   set_index(d.table, 0, 1);
   for (int64_t b = 0; b < 3; ++b) set_index(d.lens, b, static_cast<int32_t>(2 + b));
-  d.options.policy = Policy::ForceFused;
-  attention(d.tensors, d.options);
+  // Both paths: neither's workspace grows with the capacity (2^32 keys; the
+  // reference's once held a score per key).
+  for (Policy policy : {Policy::ForceFused, Policy::Unfused}) {
+    d.options.policy = policy;
+    attention(d.tensors, d.options);
+    EXPECT_LT(plan(describe(d.tensors, d.options), d.options).workspace_bytes, size_t{1} << 24);
+  }
   const Problem p = describe(d.tensors, d.options);
   EXPECT_EQ(p.len_k, int64_t{4} << 30);
   set_index(d.table, 0, -3);
