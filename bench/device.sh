@@ -170,6 +170,32 @@ sanitize_small() {
   say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$log" | tail -1)"
 }
 
+# The A/B base (AB_BASE=1): the library of .devbuild/base.tgz (`git archive`
+# of the commit to compare with) built in /tmp/base, with the tree's bench
+# scripts copied in; ab_root / ab_lib of a variant (base or tree), whose
+# runs use that tree's own Python wrapper (the C ABI may differ).
+build_ab_base() {
+  rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
+  cp bench/compare_torch.py bench/decode_bench.py bench/timing.py /tmp/base/bench/
+  local t0
+  t0=$(date +%s)
+  cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
+    -DFSDPA_BUILD_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/ab/build.log" 2>&1 &&
+    ninja -C /tmp/base/build -j16 fsdpa >>"$OUT/ab/build.log" 2>&1
+  say "ab base build: rc=$? $(($(date +%s) - t0)) s"
+}
+ab_root() { [ "$1" = base ] && echo /tmp/base || echo "$PWD"; }
+ab_lib() { [ "$1" = base ] && echo /tmp/base/build/libfsdpa.so || echo "$PWD/$BUILD/libfsdpa.so"; }
+# decode_bench.py --fsdpa-only of variant $1, repetition $2, on rows $3.
+ab_decode_run() {
+  FSDPA_LIBRARY=$(ab_lib "$1") PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+    python3 "$(ab_root "$1")/bench/decode_bench.py" --rows "$3" --fsdpa-only \
+    --out "$OUT/ab/decode-$1-$2.json" --md "$OUT/ab/decode-$1-$2.md" \
+    --png "$OUT/ab/decode-$1-$2.png" >"$OUT/ab/decode-$1-$2.log" 2>&1
+  grep -E "^\('" "$OUT/ab/decode-$1-$2.log" | sed "s/^/ab decode $1 #$2: /" |
+    cut -c1-200 | tee -a "$SUMMARY"
+}
+
 if [ "$STAGES" = prefill ]; then
   t0=$(date +%s)
   start_prefill_shards 240
@@ -222,26 +248,13 @@ if [ "$STAGES" = coverage ]; then
   # main prefill table (fsdpa fused only) and the decode rows DECODE_ROWS,
   # alternating, twice; each run uses its own tree's Python wrapper.
   if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
-    rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
-    cp bench/compare_torch.py bench/timing.py /tmp/base/bench/
-    t0=$(date +%s)
-    cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
-      -DFSDPA_BUILD_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/ab/build.log" 2>&1 &&
-      ninja -C /tmp/base/build -j16 fsdpa >>"$OUT/ab/build.log" 2>&1
-    say "ab base build: rc=$? $(($(date +%s) - t0)) s"
+    build_ab_base
     for rep in 1 2; do
       for variant in base tree; do
-        root=$PWD && [ $variant = base ] && root=/tmp/base
-        lib=$PWD/$BUILD/libfsdpa.so && [ $variant = base ] && lib=/tmp/base/build/libfsdpa.so
-        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
-          python3 "$root/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
+        FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+          python3 "$(ab_root $variant)/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
           --name "$variant-$rep" >"$OUT/ab/$variant-$rep.log" 2>&1
-        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
-          python3 "$root/bench/decode_bench.py" --rows "${DECODE_ROWS:-15,3,10}" --fsdpa-only \
-          --out "$OUT/ab/decode-$variant-$rep.json" --md "$OUT/ab/decode-$variant-$rep.md" \
-          --png "$OUT/ab/decode-$variant-$rep.png" >"$OUT/ab/decode-$variant-$rep.log" 2>&1
-        grep -E "^\('" "$OUT/ab/decode-$variant-$rep.log" | sed "s/^/ab decode $variant #$rep: /" |
-          cut -c1-200 | tee -a "$SUMMARY"
+        ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
       done
     done
     python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
@@ -377,25 +390,9 @@ if [ "$STAGES" = paged ]; then
   [ "${PAGED_SUITES:-decode}" != none ] &&
     sanitize_small gpu_test_paged 'PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools' 120 paged
   if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
-    rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
-    cp bench/decode_bench.py bench/timing.py /tmp/base/bench/
-    t0=$(date +%s)
-    cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
-      -DFSDPA_BUILD_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/ab/build.log" 2>&1 &&
-      ninja -C /tmp/base/build -j16 fsdpa >>"$OUT/ab/build.log" 2>&1
-    say "ab base build: rc=$? $(($(date +%s) - t0)) s"
-    # Each library with its own tree's Python wrapper (the C ABI may differ).
+    build_ab_base
     for rep in 1 2; do
-      for variant in base tree; do
-        root=$PWD && [ $variant = base ] && root=/tmp/base
-        lib=$PWD/$BUILD/libfsdpa.so && [ $variant = base ] && lib=/tmp/base/build/libfsdpa.so
-        FSDPA_LIBRARY=$lib PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-60})" \
-          python3 "$root/bench/decode_bench.py" --rows "${DECODE_ROWS:-15,3,0,8,17}" --fsdpa-only \
-          --out "$OUT/ab/decode-$variant-$rep.json" --md "$OUT/ab/decode-$variant-$rep.md" \
-          --png "$OUT/ab/decode-$variant-$rep.png" >"$OUT/ab/decode-$variant-$rep.log" 2>&1
-        grep -E "^\('" "$OUT/ab/decode-$variant-$rep.log" | sed "s/^/ab decode $variant #$rep: /" |
-          cut -c1-200 | tee -a "$SUMMARY"
-      done
+      for variant in base tree; do ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,0,8,17}"; done
     done
   fi
 fi

@@ -210,10 +210,6 @@ struct ByteSizes {
   size_t q = 0, k = 0, v = 0, out = 0, mask = 0, sinks = 0, lse = 0, table = 0, lens = 0;
 };
 
-int64_t pages_per_sequence(const CaseSpec& c) {
-  return c.page_size > 0 ? (c.len_k + c.page_size - 1) / c.page_size : 0;
-}
-
 DType mask_dtype(const CaseSpec& c) { return c.mask == MaskKind::Boolean ? DType::Bool : c.dtype; }
 
 size_t count_of(std::initializer_list<int64_t> sizes) {
@@ -238,7 +234,7 @@ ByteSizes byte_sizes(const CaseSpec& c) {
   s.q = count_of({c.batch, c.heads_q, c.len_q, qk}) * e;
   s.k = count_of({c.batch, c.heads_kv, c.key_capacity(), qk}) * e;
   s.v = c.v_aliases_k ? 0 : count_of({c.batch, c.heads_kv, c.key_capacity(), v}) * e;
-  s.table = count_of({c.batch, pages_per_sequence(c)}) * sizeof(int32_t);
+  s.table = count_of({c.batch, c.pages_per_sequence()}) * sizeof(int32_t);
   if (!c.seq_lens.empty()) s.lens = count_of({c.batch}) * sizeof(int32_t);
   s.out = count_of({c.batch, c.heads_q, c.len_q, v}) * e;
   if (c.mask != MaskKind::None)
@@ -266,7 +262,7 @@ TensorView bhld_view(void* data, DType dtype, int64_t b, int64_t h, int64_t l, i
 // A page pool [B * pages, page_size, Hkv, D] whose rows are `row` elements apart.
 TensorView pool_view(void* data, DType dtype, const CaseSpec& c, int64_t d, int64_t row,
                      Device device) {
-  const int64_t pages = saturating_product(c.batch, pages_per_sequence(c));
+  const int64_t pages = saturating_product(c.batch, c.pages_per_sequence());
   const int64_t key = saturating_product(c.heads_kv, row);
   return strided_view(data, dtype, {pages, c.page_size, c.heads_kv, d},
                       {saturating_product(c.page_size, key), key, row, 1}, device);
@@ -282,7 +278,7 @@ Tensors make_views(const CaseSpec& c, const Pointers& p, Device device) {
     t.k = pool_view(p.k, c.dtype, c, c.head_dim_qk, qk, device);
     t.v = c.v_aliases_k ? pool_view(p.k, c.dtype, c, c.head_dim_v, qk, device)
                         : pool_view(p.v, c.dtype, c, c.head_dim_v, v, device);
-    t.block_table = contiguous_view(p.table, DType::I32, {c.batch, pages_per_sequence(c)}, device);
+    t.block_table = contiguous_view(p.table, DType::I32, {c.batch, c.pages_per_sequence()}, device);
   } else {
     t.k = bhld_view(p.k, c.dtype, c.batch, c.heads_kv, lk, c.head_dim_qk, qk, device);
     t.v = c.v_aliases_k ? bhld_view(p.k, c.dtype, c.batch, c.heads_kv, lk, c.head_dim_v, qk, device)
@@ -479,7 +475,7 @@ std::vector<double> time_launches(const std::function<void()>& launch, Device de
 // A block table of distinct pool pages in a shuffled order (from `seed`):
 // the pool has exactly the table's pages.
 void fill_block_table(const CaseSpec& c, uint64_t seed, const Memory& table) {
-  const int64_t pages = c.batch * pages_per_sequence(c);
+  const int64_t pages = c.batch * c.pages_per_sequence();
   auto* ids = static_cast<int32_t*>(table.data());
   for (int64_t i = 0; i < pages; ++i) ids[i] = static_cast<int32_t>(i);
   uint64_t state = seed ^ 0x66;
@@ -785,8 +781,12 @@ std::string CaseSpec::feature_label() const {
   return s.empty() ? "-" : s;
 }
 
+int64_t CaseSpec::pages_per_sequence() const {
+  return page_size > 0 ? (len_k + page_size - 1) / page_size : 0;
+}
+
 int64_t CaseSpec::key_capacity() const {
-  return page_size > 0 ? (len_k + page_size - 1) / page_size * page_size : len_k;
+  return page_size > 0 ? pages_per_sequence() * page_size : len_k;
 }
 
 int64_t CaseSpec::sequence_len(int64_t b) const {

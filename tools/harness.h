@@ -43,6 +43,8 @@ struct CaseSpec {
   std::vector<int64_t> seq_lens;
   Options options;
 
+  // Block-table columns: len_k in whole pages (0 when dense).
+  int64_t pages_per_sequence() const;
   // The key capacity of a sequence (len_k, in whole pages when paged).
   int64_t key_capacity() const;
   // Sequence b's keys.

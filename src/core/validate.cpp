@@ -114,6 +114,17 @@ void check_same_device(const TensorView& t, const char* name, const TensorView& 
                   ", expected q's device " + device_name(q.device));
 }
 
+// An optional tensor of a fixed dtype on q's device (block table, lengths,
+// sinks, lse): the common checks, then its dtype and its device.
+void check_side_view(const TensorView& t, const char* name, int rank, const char* layout,
+                     DType dtype, const TensorView& q) {
+  check_view(t, name, rank, layout);
+  if (t.dtype != dtype)
+    throw_invalid(std::string(name) + ": dtype must be " + to_string(dtype) + ", got " +
+                  to_string(t.dtype));
+  check_same_device(t, name, q);
+}
+
 void check_size(const TensorView& t, const char* name, int dim, const char* what, int64_t expected,
                 const char* source) {
   if (t.sizes[dim] != expected)
@@ -470,10 +481,7 @@ Problem describe(const Tensors& t, const Options& options) {
     if (p.page_size == 0)
       throw_invalid("k: page_size (size 1) is 0; a page holds at least one key");
     const TensorView& bt = *t.block_table;
-    check_view(bt, "block_table", 2, "[B, max_pages]");
-    if (bt.dtype != DType::I32)
-      throw_invalid(std::string("block_table: dtype must be i32, got ") + to_string(bt.dtype));
-    check_same_device(bt, "block_table", q);
+    check_side_view(bt, "block_table", 2, "[B, max_pages]", DType::I32, q);
     check_size(bt, "block_table", 0, "batch", p.batch, "q's batch");
     if (__builtin_mul_overflow(bt.sizes[1], p.page_size, &p.len_k) || p.len_k > kMaxSpanBytes)
       throw_invalid("block_table: max_pages=" + std::to_string(bt.sizes[1]) +
@@ -498,10 +506,7 @@ Problem describe(const Tensors& t, const Options& options) {
                   " is not a multiple of heads_kv=" + std::to_string(p.heads_kv));
   if (t.seq_lens_k) {
     const TensorView& l = *t.seq_lens_k;
-    check_view(l, "seq_lens_k", 1, "[B]");
-    if (l.dtype != DType::I32)
-      throw_invalid(std::string("seq_lens_k: dtype must be i32, got ") + to_string(l.dtype));
-    check_same_device(l, "seq_lens_k", q);
+    check_side_view(l, "seq_lens_k", 1, "[B]", DType::I32, q);
     check_size(l, "seq_lens_k", 0, "batch", p.batch, "q's batch");
     p.has_seq_lens_k = true;
   }
@@ -529,10 +534,7 @@ Problem describe(const Tensors& t, const Options& options) {
   }
   if (t.sinks) {
     const TensorView& s = *t.sinks;
-    check_view(s, "sinks", 1, "[Hq]");
-    if (s.dtype != DType::F32)
-      throw_invalid(std::string("sinks: dtype must be f32, got ") + to_string(s.dtype));
-    check_same_device(s, "sinks", q);
+    check_side_view(s, "sinks", 1, "[Hq]", DType::F32, q);
     if (s.sizes[0] != p.heads_q)
       throw_invalid("sinks: length is " + std::to_string(s.sizes[0]) +
                     ", expected heads_q=" + std::to_string(p.heads_q));
@@ -541,10 +543,7 @@ Problem describe(const Tensors& t, const Options& options) {
   }
   if (t.lse) {
     const TensorView& l = *t.lse;
-    check_view(l, "lse", 3, "[B, Hq, Lq]");
-    if (l.dtype != DType::F32)
-      throw_invalid(std::string("lse: dtype must be f32, got ") + to_string(l.dtype));
-    check_same_device(l, "lse", q);
+    check_side_view(l, "lse", 3, "[B, Hq, Lq]", DType::F32, q);
     check_size(l, "lse", 0, "batch", p.batch, "q's batch");
     check_size(l, "lse", 1, "heads_q", p.heads_q, "q's heads_q");
     check_size(l, "lse", 2, "len_q", p.len_q, "q's len_q");

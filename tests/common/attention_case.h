@@ -151,6 +151,14 @@ inline const char* name_of(MaskShape shape) {
   return "?";
 }
 
+// A case name as a GoogleTest parameter name: every character that is not
+// a letter or a digit becomes '_'.
+inline std::string test_identifier(std::string name) {
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
 struct AttentionCase {
   int64_t batch = 1, heads_q = 1, heads_kv = 1, len_q = 1, len_k = 1;
   int64_t dqk = 64, dv = 64;
@@ -187,10 +195,7 @@ struct AttentionCase {
     if (scale) s << "_scale" << static_cast<int>(std::lround(*scale * 1000)) << "m";
     if (softcap > 0.0) s << "_cap" << static_cast<int>(std::lround(softcap * 1000)) << "m";
     if (policy != Policy::ForceFused) s << "_" << to_string(policy);
-    std::string out = s.str();
-    for (char& c : out)
-      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-    return out;
+    return test_identifier(s.str());
   }
 
   Options options() const {
@@ -344,15 +349,20 @@ inline std::array<int64_t, 4> layout_strides(std::array<int64_t, 4> sizes, std::
   return strides;
 }
 
-inline TensorView view4(void* data, DType dtype, std::array<int64_t, 4> sizes,
-                        std::array<int64_t, 4> strides) {
+// A view of `rank` dims (sizes and strides past the rank unused).
+inline TensorView view_n(void* data, DType dtype, int rank, std::array<int64_t, 4> sizes,
+                         std::array<int64_t, 4> strides) {
   TensorView t;
   t.data = data;
   t.dtype = dtype;
-  t.rank = 4;
+  t.rank = rank;
   t.sizes = sizes;
   t.strides = strides;
   return t;
+}
+inline TensorView view4(void* data, DType dtype, std::array<int64_t, 4> sizes,
+                        std::array<int64_t, 4> strides) {
+  return view_n(data, dtype, 4, sizes, strides);
 }
 
 // Buffers and views of one case. Movable, not copyable (views point into the

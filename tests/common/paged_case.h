@@ -71,10 +71,7 @@ struct PagedCase {
     if (!lse) s << "_nolse";
     if (softcap > 0.0) s << "_cap" << static_cast<int>(softcap);
     if (policy != Policy::ForceFused) s << "_" << to_string(policy);
-    std::string out = s.str();
-    for (char& c : out)
-      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-    return out;
+    return test_identifier(s.str());
   }
 
   Options options() const {
@@ -119,17 +116,6 @@ struct PagedData {
 
 namespace detail_paged {
 
-inline TensorView view_n(void* data, DType dtype, int rank, std::array<int64_t, 4> sizes,
-                         std::array<int64_t, 4> strides) {
-  TensorView t;
-  t.data = data;
-  t.dtype = dtype;
-  t.rank = rank;
-  t.sizes = sizes;
-  t.strides = strides;
-  return t;
-}
-
 inline void copy_element(const TensorView& from, int64_t from_offset, void* to, int64_t to_offset,
                          DType dtype) {
   const size_t bytes = element_size(dtype);
@@ -144,7 +130,6 @@ inline void copy_element(const TensorView& from, int64_t from_offset, void* to, 
 // call on copies of exactly its keys (its own length, so its own causal
 // diagonal and window), its slice of the mask, q and the sinks.
 inline ReferenceResult paged_expectation(const PagedData& d) {
-  using detail_paged::view_n;
   const PagedCase& c = d.c;
   const Tensors& t = d.tensors;
   ReferenceResult result;
@@ -198,7 +183,6 @@ inline ReferenceResult paged_expectation(const PagedData& d) {
 // poisoned outputs.
 inline PagedData make_paged(const PagedCase& c, Rng& rng) {
   using detail_case::fill_random;
-  using detail_paged::view_n;
   PagedData d;
   d.c = c;
   d.options = c.options();

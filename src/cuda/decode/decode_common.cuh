@@ -53,13 +53,6 @@ __device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int len_k, i
   return make_int2(int(range.begin), int(range.end));
 }
 
-// The element offset of key j's row of the block's sequence and kv head in k
-// (`s` = p.k_strides) or v (core/kv_cache.h's rule, dense or paged).
-__device__ __forceinline__ int64_t key_row(const DecodeParams& p, const KvStrides& s, int batch,
-                                           int kv_head, int j) {
-  return key_row_offset(p.kv, s, batch, kv_head, j);
-}
-
 // A visible key's score in the exp2 domain (the product times scale_log2)
 // under the soft cap, when the call has one.
 __device__ __forceinline__ float capped_score(const DecodeParams& p, float x) {

@@ -141,8 +141,9 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       if (c >= chunks_qk) continue;
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_qk - c * kVec) * int(sizeof(T))) : 0;
-      const T* src =
-          bytes > 0 ? k_rows + key_row(p, p.k_strides, batch, kv_head, j) + c * kVec : k_rows;
+      const T* src = bytes > 0
+                         ? k_rows + key_row_offset(p.kv, p.k_strides, batch, kv_head, j) + c * kVec
+                         : k_rows;
       copy_16(shared_address(k_dst + key * C::kRowK + c * kVec), src, bytes, p.copy_bytes);
     }
     if (v_aliases_k) return;
@@ -153,8 +154,9 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       if (c >= chunks_v) continue;
       const int j = key0 + key;
       const int bytes = j < key_end ? min(16, (p.head_dim_v - c * kVec) * int(sizeof(T))) : 0;
-      const T* src =
-          bytes > 0 ? v_rows + key_row(p, p.v_strides, batch, kv_head, j) + c * kVec : v_rows;
+      const T* src = bytes > 0
+                         ? v_rows + key_row_offset(p.kv, p.v_strides, batch, kv_head, j) + c * kVec
+                         : v_rows;
       copy_16(shared_address(v_dst + key * C::kRowV + c * kVec), src, bytes, p.copy_bytes);
     }
   };

@@ -112,13 +112,14 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       const T* k = static_cast<const T*>(p.k);
       const T* v = static_cast<const T*>(p.v);
       copy_tile_rows_gather<kStageKeys, DQK, kRowK, kThreads>(
-          k_dst, [&](int j) { return k + key_row(p, p.k_strides, blk.batch, blk.kv_head, j); }, k,
-          key0, key_end, p.head_dim_qk, p.copy_bytes);
+          k_dst,
+          [&](int j) { return k + key_row_offset(p.kv, p.k_strides, blk.batch, blk.kv_head, j); },
+          k, key0, key_end, p.head_dim_qk, p.copy_bytes);
       if (!v_aliases_k)
         copy_tile_rows_gather<kStageKeys, DV, kRowV, kThreads>(
             k_dst + kStageKeys * kRowK * sizeof(T),
-            [&](int j) { return v + key_row(p, p.v_strides, blk.batch, blk.kv_head, j); }, v, key0,
-            key_end, p.head_dim_v, p.copy_bytes);
+            [&](int j) { return v + key_row_offset(p.kv, p.v_strides, blk.batch, blk.kv_head, j); },
+            v, key0, key_end, p.head_dim_v, p.copy_bytes);
       return;
     }
     if (p.copy_bytes < 16) {  // rows not 16-byte aligned: narrow copies
