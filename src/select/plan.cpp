@@ -258,6 +258,7 @@ std::string support_matrix() {
   struct Shape {
     int64_t dqk, dv;
     const char* where;
+    bool v_aliases_k = false;  // v a view of k's first dv columns (MLA's latent cache)
   };
   // Head dims of docs/design.md's model shapes plus the awkward ones and one past every limit.
   static const Shape kShapes[] = {
@@ -275,7 +276,8 @@ std::string support_matrix() {
       {256, 256, "gemma2, qwen3.6"},
       {288, 288, "paligemma2"},
       {512, 512, "gemma4"},
-      {576, 512, "deepseek decode"},
+      {576, 512, "deepseek mla, v = k[..., :512]", true},
+      {576, 512, "-"},
       {1040, 1040, "-"},
   };
   // Rows padded to 16 bytes, and contiguous rows (D * 2 bytes apart: 72 and 90
@@ -323,6 +325,8 @@ std::string support_matrix() {
         problem.dtype = DType::BF16;
         problem.device = {backend == Backend::CPU ? DeviceType::CPU : DeviceType::CUDA, 0};
         problem.row_alignment = column.contiguous ? contiguous_alignment(shape.dqk, shape.dv) : 16;
+        problem.v_aliases_k = shape.v_aliases_k;
+        if (shape.v_aliases_k) problem.heads_kv = 1;
         Options options;
         options.policy = Policy::Auto;
         try {

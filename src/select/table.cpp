@@ -28,6 +28,12 @@ const KernelRow kTable[] = {
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
      "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine; rows of any alignment "
      "(narrow copies below 16 bytes); dense or paged KV caches, per-sequence key lengths"},
+    {"cuda_fused_prefill_mla", Backend::CUDA, Path::FusedPrefill, cuda::prefill_mla_supports,
+     cuda::decode_mla_configure, cuda::decode_mla_launch,
+     "MLA prefill (Lq past the decode limit; 512 < Dqk <= 576, Dv <= 512, v a view of k's "
+     "first Dv columns), bf16/f16, sm_90 only: the MLA decode kernel with 64 query positions "
+     "per block (each K tile read once for S and P V), split-K where the rows leave SMs idle; "
+     "rows 16-byte aligned (TMA)"},
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
      "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "

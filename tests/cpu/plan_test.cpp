@@ -225,7 +225,8 @@ TEST(Plan, SupportMatrixMentionsEveryRow) {
     EXPECT_THAT(m, HasSubstr(row.summary));
   }
   EXPECT_THAT(m, HasSubstr("Backend cpu, bf16, policy auto:"));
-  EXPECT_THAT(m, HasSubstr("| 576/512 | deepseek decode |"));
+  EXPECT_THAT(m, HasSubstr("| 576/512 | deepseek mla, v = k[..., :512] |"));
+  EXPECT_THAT(m, HasSubstr("| 576/512 | - |"));
   EXPECT_THAT(m, HasSubstr("| 1040/1040 |"));
 #if !FSDPA_WITH_CUDA
   EXPECT_THAT(m, HasSubstr("Backend cuda, bf16, policy auto: not built into this library"));

@@ -83,14 +83,14 @@ struct Case {
 };
 
 // The prefill rows that serve `dtype` with this build on device 0: the exact
-// f32 row, or the wgmma row (sm_90, when built) and the mma.sync row.
+// f32 row, or the MLA and wgmma rows (sm_90, when built) and the mma.sync row.
 inline std::vector<std::string> prefill_rows(DType dtype) {
   if (dtype == DType::F32) return {"cuda_fused_prefill_f32"};
   bool hopper_built = false;
   for (const auto& pair : detail::cuda::prefill_bucket_pairs())
     hopper_built = hopper_built || pair.hopper_compiled;
   if (hopper_built && detail::cuda::device_info(0).compute_capability == 90)
-    return {"cuda_fused_prefill_hopper", "cuda_fused_prefill"};
+    return {"cuda_fused_prefill_mla", "cuda_fused_prefill_hopper", "cuda_fused_prefill"};
   return {"cuda_fused_prefill"};
 }
 
@@ -313,7 +313,8 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     p.tile_q = p.tile_k = 0;
     row->configure(problem, p);
     outcome.plan = p;
-    row->launch(p, device, nullptr, nullptr);
+    const Buffer workspace(p.workspace_bytes);  // split-K rows need one
+    row->launch(p, device, workspace.device, nullptr);
   } else {
     outcome.plan = plan(problem, options);
     attention(device, options, nullptr);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <set>
 
+#include "cuda/decode/decode.h"
+#include "cuda/decode/decode_config.h"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/prefill.h"
 #include "gpu_case.h"
@@ -37,8 +39,15 @@ bool compiled_for(int64_t dqk, int64_t dv) {
   return compiled_bucket(bucket(dqk), bucket(detail::cuda::v_slice_columns(dv)));
 }
 
+// Whether the MLA kernel (cuda_fused_prefill_mla) is built for the case's layout.
+bool mla_kernel_for(const Case& c) {
+  return c.layout == Layout::MlaAlias && c.head_dim_qk > 512 &&
+         detail::cuda::decode_bucket_compiled(576, 512);
+}
+
 void expect_case(const Case& c) {
-  if (c.dtype != DType::F32 && !compiled_for(c.head_dim_qk, c.head_dim_v))
+  const bool buckets_compiled = c.dtype == DType::F32 || compiled_for(c.head_dim_qk, c.head_dim_v);
+  if (!buckets_compiled && !mla_kernel_for(c))
     GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
   std::mt19937_64& rng = test_rng();
   const std::mt19937_64 inputs = rng;  // every run below draws the very same inputs
@@ -56,7 +65,10 @@ void expect_case(const Case& c) {
     std::mt19937_64 fused_inputs = inputs;
     const Outcome fused = run_case(fused_case, fused_inputs);
     if (!fused.declined.empty()) {
-      EXPECT_NE(row, prefill_rows(c.dtype).back()) << fused.declined;  // the last row serves all
+      // The last row serves every case its build has the buckets for.
+      if (buckets_compiled) {
+        EXPECT_NE(row, prefill_rows(c.dtype).back()) << fused.declined;
+      }
       continue;
     }
     ++rows_run;
@@ -177,6 +189,43 @@ std::vector<Case> awkward_cases() {
     c.window = 50;
     c.dtype = DType::F16;
     cases.push_back(c);
+  }
+  // The MLA kernel past the decode limit (cuda_fused_prefill_mla): position
+  // blocks of one head (Lq a multiple of 64: the causal grid runs the late
+  // rows first), blocks of several heads (Lq = 33), Lq > Lk bottom-right
+  // (fully masked rows, whole blocks without keys), top-left, many heads on
+  // few keys (key splits, split pairs), windows, masks, the soft cap, no lse.
+  {
+    struct Mla {
+      int64_t heads_q, len_q, len_k;
+      bool causal;
+      CausalAlign align;
+    };
+    const Mla mla[] = {{16, 256, 256, true, CausalAlign::BottomRight},
+                       {4, 200, 1000, true, CausalAlign::TopLeft},
+                       {2, 320, 100, true, CausalAlign::BottomRight},
+                       {128, 33, 1031, false, CausalAlign::BottomRight},
+                       {8, 192, 700, true, CausalAlign::BottomRight}};
+    int k = 0;
+    for (const Mla& m : mla) {
+      Case c;
+      c.head_dim_qk = 576;
+      c.head_dim_v = 512;
+      c.layout = Layout::MlaAlias;
+      c.heads_q = m.heads_q;
+      c.heads_kv = 1;
+      c.len_q = m.len_q;
+      c.len_k = m.len_k;
+      c.causal = m.causal;
+      c.align = m.align;
+      c.dtype = k % 2 ? DType::F16 : DType::BF16;
+      c.lse = k != 3;
+      if (k == 1) c.window = 90;
+      if (k == 3) c.mask = MaskKind::Additive, c.mask_dtype = DType::BF16;
+      if (k == 4) c.softcap = 30.0, c.sinks = true;
+      cases.push_back(c);
+      ++k;
+    }
   }
   // Layouts: contiguous BHSD/BSHD where aligned, K/V interleaved in one buffer.
   for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::Interleaved}) {
@@ -394,7 +443,8 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
     GTEST_SKIP() << "512/256 or 320/160 not compiled";
   const Plan p = plan(problem_of(512, 512), forced());
   EXPECT_EQ(p.path, Path::FusedPrefill);
-  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).front());
+  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).size() > 1 ? "cuda_fused_prefill_hopper"
+                                                           : "cuda_fused_prefill");
   EXPECT_EQ(p.head_dim_qk_bucket, 512);
   EXPECT_EQ(p.head_dim_v_bucket, 256);
   EXPECT_EQ(p.num_v_slices, 2);
@@ -413,6 +463,38 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
               std::string::npos)
         << reason;
   }
+}
+
+// MLA's absorbed prefill (576/512, v a view of k) runs the MLA kernel past
+// the decode limit on sm_90, and the row names what it declines.
+TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
+  Problem mla = problem_of(576, 512);
+  mla.heads_q = 128;
+  mla.heads_kv = 1;
+  mla.v_aliases_k = true;
+  auto reason = [](const Problem& p) { return detail::cuda::prefill_mla_supports(p, {}).reason; };
+  Problem p = mla;
+  p.len_q = detail::cuda::kDecodeMaxLenQ;
+  EXPECT_EQ(reason(p), "len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
+                           std::to_string(p.len_q) + " (decode family)");
+  EXPECT_TRUE(detail::cuda::prefill_mla_supports(p, {}).routed);
+  p = mla;
+  p.v_aliases_k = false;
+  EXPECT_EQ(reason(p), "v is not a view of the first head_dim_v columns of k (MLA aliasing)");
+  p = mla;
+  p.row_alignment = 4;
+  EXPECT_EQ(reason(p), "rows are 4-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
+  if (prefill_rows(DType::BF16).size() == 1 || !detail::cuda::decode_bucket_compiled(576, 512))
+    GTEST_SKIP() << "no wgmma kernels on this device or build";
+  const Plan chunk = plan(mla, forced());
+  EXPECT_EQ(chunk.path, Path::FusedPrefill);
+  EXPECT_EQ(chunk.kernel, "cuda_fused_prefill_mla");
+  EXPECT_EQ(chunk.num_kv_splits, 1);  // 8192 row chunks of 64 fill the GPU
+  EXPECT_EQ(chunk.workspace_bytes, 0u);
+  EXPECT_EQ(chunk.tile_q, 64);
+  p = mla;
+  p.len_q = detail::cuda::kDecodeMaxLenQ;
+  EXPECT_EQ(plan(p, forced()).kernel, "cuda_fused_decode_mla");
 }
 
 // Rows aligned below 16 bytes run fused: on sm_90 the wgmma row down to 4
@@ -485,9 +567,11 @@ TEST(PrefillSelection, BucketsAndPadRatio) {
 
 TEST(PrefillSelection, WgmmaRowFirstOnSm90) {
   // On sm_90 with a 90a build the wgmma row serves 16-bit prefill; elsewhere
-  // the mma.sync row does (prefill_rows lists the rows in table order).
+  // the mma.sync row does (prefill_rows lists the rows in table order; the
+  // MLA row before them serves MLA's layout only).
   const Plan p = plan(problem_of(128, 128), forced());
-  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).front());
+  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).size() > 1 ? "cuda_fused_prefill_hopper"
+                                                           : "cuda_fused_prefill");
 }
 
 TEST(PrefillSelection, UncompiledBucketSaysSo) {

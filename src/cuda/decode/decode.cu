@@ -121,10 +121,14 @@ bool decode_bucket_compiled(int64_t head_dim_qk, int64_t head_dim_v) {
   return find_bucket(head_dim_qk, head_dim_v) != nullptr;
 }
 
-Verdict decode_supports(const Problem& p, const Options&) {
+Verdict decode_supports(const Problem& p, const Options& options) {
   if (p.len_q > kDecodeMaxLenQ)
     return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " exceeds the decode limit " +
                               std::to_string(kDecodeMaxLenQ) + " (prefill family)");
+  return decode_kernel_supports(p, options);
+}
+
+Verdict decode_kernel_supports(const Problem& p, const Options&) {
   if (p.head_dim_qk > kDecodeMaxHeadDimQk)
     return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                        " exceeds the largest fused size " + std::to_string(kDecodeMaxHeadDimQk));

@@ -6,11 +6,18 @@
 namespace fsdpa::detail::cuda {
 
 Verdict decode_supports(const Problem& problem, const Options& options);
+// decode_supports without the decode limit on len_q: what the decode kernels
+// themselves need (the MLA kernel also serves long query runs).
+Verdict decode_kernel_supports(const Problem& problem, const Options& options);
 void decode_configure(const Problem& problem, Plan& plan);
 void decode_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
-// The wgmma MLA row (decode_mla.cu): 576/512 with v aliasing k, bf16/f16, sm_90.
+// The wgmma MLA kernel (decode_mla.cu): 576/512 with v aliasing k, bf16/f16,
+// sm_90. Two rows run it: the decode row (len_q up to the decode limit) and
+// the prefill row (longer query runs: DeepSeek's absorbed prefill chunks).
+// Both plan and launch alike.
 Verdict decode_mla_supports(const Problem& problem, const Options& options);
+Verdict prefill_mla_supports(const Problem& problem, const Options& options);
 void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 

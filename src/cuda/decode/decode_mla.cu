@@ -258,6 +258,18 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   cluster_arrive();
   cluster_wait();  // the partner's reads of this block's rows are done
 }
+// Causal prefill: the rows late in a sequence see the most keys, and a grid
+// that reaches them last ends on a few long blocks. Where every row chunk is
+// 64 positions of one head (len_q a multiple of 64), the chunks run by
+// descending position, the heads of a kv group side by side. A permutation of
+// the chunks of each (batch, kv head, split); a no-op otherwise.
+__device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int64_t block) {
+  if (p.causal == 0 || p.len_q % kMlaRows != 0) return block;
+  const int chunk = static_cast<int>(block % p.row_chunks);
+  const int per_head = p.len_q / kMlaRows;  // row_chunks == kv_group_size * per_head
+  const int position = per_head - 1 - chunk / p.kv_group_size;
+  return block - chunk + (chunk % p.kv_group_size) * per_head + position;
+}
 #endif  // FSDPA_WGMMA_ARCH
 
 template <typename T>
@@ -308,7 +320,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const int64_t split = block % p.num_splits, rest = block / p.num_splits;
     block = (rest / p.row_chunks * p.num_splits + split) * p.row_chunks + rest % p.row_chunks;
   }
-  const DecodeBlock blk = decode_block(p, kMlaRows, block);
+  const DecodeBlock blk = decode_block(p, kMlaRows, heavy_chunks_first(p, block));
   allow_next_launch();
   const BlockKeys keys = block_keys(p, blk);
   const int num_tiles =
@@ -557,8 +569,11 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
 
 // ------------------------------------------------------------ the table row
 
-Verdict decode_mla_supports(const Problem& p, const Options& options) {
-  if (Verdict common = decode_supports(p, options); !common.ok) return common;
+namespace {
+
+// What the MLA kernel needs, at any len_q.
+Verdict mla_kernel_supports(const Problem& p, const Options& options) {
+  if (Verdict common = decode_kernel_supports(p, options); !common.ok) return common;
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
     return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
                               " is not one of f16, bf16");
@@ -580,6 +595,24 @@ Verdict decode_mla_supports(const Problem& p, const Options& options) {
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
   return Verdict::yes();
+}
+
+}  // namespace
+
+Verdict decode_mla_supports(const Problem& p, const Options& options) {
+  if (Verdict limit = decode_supports(p, options); !limit.ok) return limit;
+  return mla_kernel_supports(p, options);
+}
+
+// Past the decode limit a block's 64 packed rows are 64 query positions of
+// one head (or of several, where 64 is not a multiple of len_q); the key
+// loop, the masks and the epilogue are the decode kernel's, and the split
+// count comes out 1 once the row chunks fill the GPU.
+Verdict prefill_mla_supports(const Problem& p, const Options& options) {
+  if (p.len_q <= kDecodeMaxLenQ)
+    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
+                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  return mla_kernel_supports(p, options);
 }
 
 void decode_mla_configure(const Problem& p, Plan& plan) {
