@@ -269,6 +269,8 @@ def main():
                     help="fsdpa fused alone (A/B of two libraries, one run each)")
     ap.add_argument("--skip-backends", default="",
                     help="comma-separated torch backends to leave out (flash,efficient,cudnn,math)")
+    ap.add_argument("--only-dqk", default="",
+                    help="comma-separated Dqk values: keep only the rows of these head dims")
     args = ap.parse_args()
     args.skip_backends = set(filter(None, args.skip_backends.split(",")))
     os.makedirs(args.out, exist_ok=True)
@@ -308,6 +310,9 @@ def main():
         for d in (59, 76, 90, 100):
             shapes += [((4, 16, 16, 4096, 4096, d, d), True, {}),
                        ((4, 16, 16, 4096, 4096, d, d), True, {"pad_rows": True})]
+    if args.only_dqk:
+        keep = {int(d) for d in args.only_dqk.split(",")}
+        shapes = [row for row in shapes if row[0][5] in keep]
     for shape, causal, extra in shapes:
         t0 = time.time()
         flex_ok = shape[3] == 4096 and not args.large and not args.fsdpa_only

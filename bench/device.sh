@@ -19,7 +19,10 @@
 #                for `coverage`: COVERAGE_TESTS=0 runs its benches alone,
 #                FULL_PREFILL_TABLE=1 adds the main prefill table, AB_BASE=1 the
 #                A/B against .devbuild/base.tgz, COVERAGE_DECODE_SANITIZE=0 skips
-#                the decode sanitizers)
+#                the decode sanitizers, COVERAGE_DECODE_BENCH=0 the unaligned decode rows,
+#                LARGE_SANITIZE_FILTER replaces the sanitizers' prefill filter;
+#                BENCH_ARGS="--only-dqk 576" keeps the bench's 576 rows,
+#                AB_PREFILL=0 leaves the prefill table out of the A/B)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -165,9 +168,14 @@ sanitize_small() {
     --gtest_filter="$2" --gtest_brief=1 >"$log" 2>&1
   say "memcheck $4: rc=$? $(grep -E 'ERROR SUMMARY' "$log" | tail -1)"
   grep -E -m3 -A8 '^========= (Invalid|Program hit|Misaligned|Out-of-range)' "$log" | head -30 | tee -a "$SUMMARY"
+  # A hazard inside cuBLAS's nvjet_* kernels (the unfused run a prefill case
+  # compares with) is cuBLAS's own: racecheck reports one on the f16 576/512
+  # top-left window case (bench/NOTES.md, session 15); excluding the cuBLAS
+  # kernels (--kernel-name-exclude) made the sanitizer fail in them.
   timeout $(limit "$3") compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/$1 \
     --gtest_filter="$2" --gtest_brief=1 >>"$log" 2>&1
   say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$log" | tail -1)"
+  grep -E -m2 -A14 '^========= (Error|Warning): Race' "$log" | head -40 | tee -a "$SUMMARY"
 }
 
 # The A/B base (AB_BASE=1): the library of .devbuild/base.tgz (`git archive`
@@ -216,7 +224,7 @@ if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
   run_gpu_suites 200 150 60
   [ "${COVERAGE_DECODE_SANITIZE:-1}" = 1 ] &&
     sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
-  sanitize_small gpu_test_prefill '*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*:*PrefillAwkward*L131x257_D90x90_bf16_bhsd*:*PrefillAwkward*L131x257_D76x76_f16_bhsd*' 150 large-dims
+  sanitize_small gpu_test_prefill "${LARGE_SANITIZE_FILTER:-*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*:*PrefillAwkward*L131x257_D90x90_bf16_bhsd*:*PrefillAwkward*L131x257_D76x76_f16_bhsd*}" 150 large-dims
 fi
 # COVERAGE_TESTS=0: the coverage benches alone.
 if [ "$STAGES" = coverage ]; then
@@ -236,13 +244,16 @@ if [ "$STAGES" = coverage ]; then
   fi
   grep -E "causal=" "$OUT/bench-prefill.log" | cut -c1-230 | tee -a "$SUMMARY"
   $BUILD/bin/fsdpa plan --matrix >"$OUT/bench/support-matrix.md" 2>&1
-  # Decode of unaligned rows (D=90 contiguous) beside the aligned D=96.
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit 90)" \
-    python3 bench/decode_bench.py --rows 17,18 --out "$OUT/bench/h200-decode-unaligned.json" \
-    --md "$OUT/bench/h200-decode-unaligned.md" --png "$OUT/bench/h200-decode-unaligned.png" \
-    >"$OUT/bench-decode.log" 2>&1
-  say "decode bench (unaligned): rc=$?"
-  grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
+  # Decode of unaligned rows (D=90 contiguous) beside the aligned D=96
+  # (COVERAGE_DECODE_BENCH=0 skips it).
+  if [ "${COVERAGE_DECODE_BENCH:-1}" = 1 ]; then
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit 90)" \
+      python3 bench/decode_bench.py --rows 17,18 --out "$OUT/bench/h200-decode-unaligned.json" \
+      --md "$OUT/bench/h200-decode-unaligned.md" --png "$OUT/bench/h200-decode-unaligned.png" \
+      >"$OUT/bench-decode.log" 2>&1
+    say "decode bench (unaligned): rc=$?"
+    grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
+  fi
   # AB_BASE=1: an A/B of the tree's library against the one built from
   # .devbuild/base.tgz (`git archive` of the commit to compare with), on the
   # main prefill table (fsdpa fused only) and the decode rows DECODE_ROWS,
@@ -251,13 +262,15 @@ if [ "$STAGES" = coverage ]; then
     build_ab_base
     for rep in 1 2; do
       for variant in base tree; do
-        FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+        [ "${AB_PREFILL:-1}" = 1 ] &&
+          FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
           python3 "$(ab_root $variant)/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
           --name "$variant-$rep" >"$OUT/ab/$variant-$rep.log" 2>&1
         ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
       done
     done
-    python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
+    [ "${AB_PREFILL:-1}" = 1 ] &&
+      python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
       "$OUT"/ab/tree-2.json 2>&1 | tee "$OUT/ab/prefill-ab.md" | tee -a "$SUMMARY"
   fi
 fi
