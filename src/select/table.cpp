@@ -22,7 +22,8 @@ const KernelRow kTable[] = {
      cuda::decode_mla_configure, cuda::decode_mla_launch,
      "few-query MLA (512 < Dqk <= 576, Dv <= 512, v a view of k's first Dv columns), bf16/f16, "
      "sm_90 only: 64 packed query rows per block on wgmma tensor cores, K tiles through TMA, "
-     "split-K + combine; rows 16-byte aligned (TMA)"},
+     "split-K + combine; rows 16-byte aligned (TMA); dense or paged (pages of 8, 16 or a "
+     "multiple of 32 rows), per-sequence key lengths"},
     {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
@@ -33,7 +34,7 @@ const KernelRow kTable[] = {
      "MLA prefill (Lq past the decode limit; 512 < Dqk <= 576, Dv <= 512, v a view of k's "
      "first Dv columns), bf16/f16, sm_90 only: the MLA decode kernel with 64 query positions "
      "per block (each K tile read once for S and P V), split-K where the rows leave SMs idle; "
-     "rows 16-byte aligned (TMA)"},
+     "rows 16-byte aligned (TMA); dense or paged as the decode row"},
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
      "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "

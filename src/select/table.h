@@ -26,15 +26,17 @@ struct Verdict {
 };
 
 // The decline of a row that reads dense k and v of Lk keys each: a paged
-// cache or per-sequence lengths go to the rows that take them.
+// cache or per-sequence lengths go to the rows that take them (the decode
+// kernels; past the decode limit, MLA's layout on the MLA kernel).
 inline Verdict dense_kv_only(const Problem& p) {
   if (p.page_size > 0)
     return Verdict::no("a paged KV cache (page_size=" + std::to_string(p.page_size) +
-                       ") runs the decode kernels only (len_q up to their limit)");
+                       ") runs the decode kernels only (len_q up to their limit; MLA's "
+                       "layout at any len_q)");
   if (p.has_seq_lens_k)
     return Verdict::no(
         "per-sequence key lengths (seq_lens_k) run the decode kernels only (len_q "
-        "up to their limit)");
+        "up to their limit; MLA's layout at any len_q)");
   return Verdict::yes();
 }
 

@@ -15,6 +15,7 @@
 
 #include "common/paged_case.h"
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_config.h"
 
 namespace fsdpa::test {
 namespace {
@@ -140,8 +141,26 @@ void run_case(PagedCase c, int splits) {
   PagedData d = make_paged(c, rng);
   SplitsGuard guard(splits);
   DeviceCopy device(d);
-  const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
-  EXPECT_EQ(plan.path, Path::FusedDecode) << plan.explain();
+  const Problem problem = describe(device.tensors, d.options);
+  const Plan plan = fsdpa::plan(problem, d.options);
+  // Past the decode limit only MLA's layout runs fused on a paged cache (the
+  // MLA kernel, row cuda_fused_prefill_mla).
+  EXPECT_EQ(plan.path,
+            c.len_q <= detail::cuda::kDecodeMaxLenQ ? Path::FusedDecode : Path::FusedPrefill)
+      << plan.explain();
+  if (c.mla_alias && c.dqk > 512 && c.dtype != DType::F32) {
+    // Where the MLA kernel runs at all (sm_90, a 90a build: its decode row
+    // takes the case with one query row and pages of 64), it takes every
+    // page size but those its boxes cannot tile.
+    Problem probe = problem;
+    probe.len_q = 1;
+    probe.page_size = 64;
+    const bool mla_pages =
+        !c.paged || c.page_size == 8 || c.page_size == 16 || c.page_size % 32 == 0;
+    if (detail::cuda::decode_mla_supports(probe, d.options).ok) {
+      EXPECT_EQ(plan.kernel.find("_mla") != std::string::npos, mla_pages) << plan.explain();
+    }
+  }
   const std::vector<std::byte> paged = run_and_read(d, device);
   const PagedCheck check = check_paged(d);
   EXPECT_TRUE(check.ok) << plan.kernel << ", " << plan.num_kv_splits << " splits\n" << check.report;
@@ -165,6 +184,12 @@ void run_case(PagedCase c, int splits) {
   dense_host.options = d.options;
   DeviceCopy dense_device(dense_host);
   const std::vector<std::byte> dense = run_and_read(dense_host, dense_device);
+  // A page size the MLA kernel cannot tile runs the generic kernel, the dense
+  // twin the MLA one: the reference check above is then the comparison.
+  if (fsdpa::plan(describe(dense_device.tensors, d.options), d.options).kernel != plan.kernel) {
+    EXPECT_TRUE(c.mla_alias) << plan.explain();
+    return;
+  }
   EXPECT_TRUE(dense == paged) << "the paged output differs from the dense output of the same keys";
 }
 
@@ -187,6 +212,49 @@ TEST(PagedDecode, HeadDimBuckets) {
   mla.dqk = 576, mla.dv = 512, mla.mla_alias = true, mla.heads_q = 16, mla.heads_kv = 1;
   mla.page_size = 64, mla.max_pages = 20;
   run_case(mla, 0);
+}
+
+// MLA's latent cache in pages on the MLA kernel: boxes of 8 and 16 rows (a
+// tile spans 4 or 2 pages), whole pages of 32 and 128 rows, 48 (the generic
+// kernel), key splits odd (staged partials) and even (split pairs), a window
+// (tiles start below the first visible key), a dense ragged batch, a full
+// table, and a paged prefill past the decode limit.
+TEST(PagedDecode, MlaPages) {
+  PagedCase mla = base();
+  mla.dqk = 576, mla.dv = 512, mla.mla_alias = true, mla.heads_q = 16, mla.heads_kv = 1;
+  mla.batch = 3;
+  struct Run {
+    int64_t page, pages;
+    int splits;
+  };
+  for (const Run& r :
+       {Run{8, 150, 0}, Run{16, 70, 5}, Run{32, 40, 4}, Run{128, 9, 0}, Run{48, 25, 0}}) {
+    PagedCase c = mla;
+    c.page_size = r.page, c.max_pages = r.pages;
+    c.dtype = r.page == 16 ? DType::F16 : DType::BF16;
+    run_case(c, r.splits);
+  }
+  {
+    PagedCase c = mla;
+    c.page_size = 16, c.max_pages = 60;
+    c.window = 77, c.causal = true, c.len_q = 3, c.sinks = true;
+    run_case(c, 3);
+  }
+  {
+    PagedCase c = mla;
+    c.paged = false, c.max_pages = 30;  // dense k with per-sequence lengths
+    run_case(c, 2);
+  }
+  {
+    PagedCase c = mla;
+    c.ragged = false, c.page_size = 64, c.max_pages = 12, c.mask = true;
+    run_case(c, 0);
+  }
+  {
+    PagedCase c = mla;
+    c.len_q = 37, c.causal = true, c.page_size = 16, c.max_pages = 40;
+    run_case(c, 0);
+  }
 }
 
 TEST(PagedDecode, PageSizes) {

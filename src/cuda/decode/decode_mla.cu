@@ -27,9 +27,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "core/kv_cache.h"
 #include "core/tensor.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
@@ -272,7 +274,9 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 }
 #endif  // FSDPA_WGMMA_ARCH
 
-template <typename T>
+// kPaged: k is a page pool read through the block table (a template flag,
+// so the dense kernel keeps its code).
+template <typename T, bool kPaged>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
                       const __grid_constant__ TileMap q_map, int q_by_tma) {
@@ -323,20 +327,62 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const DecodeBlock blk = decode_block(p, kMlaRows, heavy_chunks_first(p, block));
   allow_next_launch();
   const BlockKeys keys = block_keys(p, blk);
+  // Tiles start on multiples of 32 keys: on a paged cache (pages of 8 or 16
+  // rows, or of a multiple of 32: see decode_mla_supports) a tile is then one
+  // box a page it spans, and dense k is tiled alike (a paged call and its
+  // dense twin sum in the same order). The splits start on such a multiple
+  // (decode_mla_launch), so the keys before keys.begin that the first tile
+  // takes are of no row's range: masked as any other.
+  constexpr bool paged = kPaged;
+  const int box_keys = paged ? min(static_cast<int>(p.kv.page_size), kMlaTileK) : kMlaTileK;
+  const int first_key = keys.begin - keys.begin % kMlaTileK;
   const int num_tiles =
-      keys.end > keys.begin ? (keys.end - keys.begin + kMlaTileK - 1) / kMlaTileK : 0;
+      keys.end > keys.begin ? (keys.end - first_key + kMlaTileK - 1) / kMlaTileK : 0;
 
-  // Tile t: keys [keys.begin + 32 t, +32) into stage t % stages, all 9 panels;
-  // keys past the tensor's end and columns past Dqk arrive as zeros.
-  auto load_tile = [&](int tile) {
+  // The pool pages of tile t's boxes and the row of its first key in the
+  // first of them. A tile past the table's last column reads that column's
+  // page (its keys are past the sequence, masked).
+  struct TilePages {
+    int page[kMlaTileK / 8];
+    int row;
+  };
+  const uint32_t table_columns =
+      paged ? static_cast<uint32_t>(p.kv.len_k) / static_cast<uint32_t>(p.kv.page_size) : 0;
+  auto tile_pages = [&](int tile) {
+    TilePages pages{};
+    const PageSlot slot = page_slot(p.kv, first_key + tile * kMlaTileK);
+    pages.row = static_cast<int>(slot.row);
+#pragma unroll
+    for (int box = 0; box < kMlaTileK / 8; ++box)
+      if (box * box_keys < kMlaTileK)
+        pages.page[box] = static_cast<int>(page_of(
+            p.kv, blk.batch, min(static_cast<uint32_t>(slot.column) + box, table_columns - 1)));
+    return pages;
+  };
+
+  // Tile t: keys [first_key + 32 t, +32) into stage t % stages, all 9 panels;
+  // keys past the tensor's (or page's) end and columns past Dqk arrive as zeros.
+  auto load_tile = [&](int tile, const TilePages& pages) {
     const uint32_t stage = shared_k + tile % kMlaStages * kMlaKTileBytes;
     barrier_expect_bytes(full(tile), kMlaKTileBytes);
+    if constexpr (!paged) {
 #pragma unroll
-    for (int panel = 0; panel < kPanels; ++panel)
-      tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full(tile), panel * 64,
-                  keys.begin + tile * kMlaTileK, blk.kv_head * k_map.head_step,
-                  blk.batch * k_map.batch_step);
+      for (int panel = 0; panel < kPanels; ++panel)
+        tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full(tile), panel * 64,
+                    first_key + tile * kMlaTileK, blk.kv_head * k_map.head_step,
+                    blk.batch * k_map.batch_step);
+    } else {
+#pragma unroll
+      for (int box = 0; box < kMlaTileK / 8; ++box) {
+        if (box * box_keys >= kMlaTileK) break;
+#pragma unroll
+        for (int panel = 0; panel < kPanels; ++panel)
+          tma_load_4d(stage + panel * kKPanelBytes + box * box_keys * 128, &k_map.map, full(tile),
+                      panel * 64, pages.row, blk.kv_head * k_map.head_step, pages.page[box]);
+      }
+    }
   };
+  auto load_tile_now = [&](int tile) { load_tile(tile, paged ? tile_pages(tile) : TilePages{}); };
   if (issuer) {
     for (int stage = 0; stage < kMlaStages; ++stage) {
       barrier_init(full(stage));
@@ -353,7 +399,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // first tiles of all blocks (18.9 MB) held Q's reads back (Q in 4.2 ->
   // 3.0 us after the block's start: bench/NOTES.md, session 7). Q by TMA
   // instead of cp.async took 1 us off a call (MLA 31.1 -> 30.1 us, session 10).
-  if (issuer && num_tiles > 0) load_tile(0);
+  if (issuer && num_tiles > 0) load_tile_now(0);
   if (!q_by_tma) {
     load_q<T>(p, blk, shared_q);
     cp_async_wait<0>();
@@ -369,7 +415,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   __syncthreads();  // barriers initialized (and Q in place by cp.async)
   if (q_by_tma) barrier_wait(q_full, 0);
   if (issuer)
-    for (int tile = 1; tile < kMlaStages && tile < num_tiles; ++tile) load_tile(tile);
+    for (int tile = 1; tile < kMlaStages && tile < num_tiles; ++tile) load_tile_now(tile);
 
   // Descriptors: Q and K K-major (8-row groups 1024 bytes apart, panel kk / 4,
   // 32 bytes a k-step); V N-major from this warpgroup's 4 panels of the K
@@ -433,7 +479,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       }
       wgmma_wait<0>();
       pin_registers(s[0]);
-      const int k0 = keys.begin + it * kMlaTileK;
+      const int k0 = first_key + it * kMlaTileK;
       // Into the exp2 domain; mask (and soft-cap) unless every row sees every
       // key of the tile and no cap applies.
       const bool full_tile = !has_mask && p.softcap_log2 == 0.f && k0 >= keys.common_begin &&
@@ -470,6 +516,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     }
   } else {
     for (int it = 0; it < num_tiles; ++it) {
+      // The refill's page lookups first: their loads overlap the waits below.
+      const bool refill = issuer && it + kMlaStages < num_tiles;
+      const TilePages ahead = paged && refill ? tile_pages(it + kMlaStages) : TilePages{};
       barrier_wait(p_written, p_parity(it));
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
@@ -491,9 +540,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       wgmma_wait<0>();
       pin_registers(o[0]);
       barrier_arrive(stage_free(it));
-      if (issuer && it + kMlaStages < num_tiles) {
+      if (refill) {
         barrier_wait(stage_free(it), parity(it));  // warpgroup 0's P V of tile it completed too
-        load_tile(it + kMlaStages);
+        load_tile(it + kMlaStages, ahead);
       }
     }
   }
@@ -536,8 +585,15 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 template <typename T>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
+  // Dense k [B, Hkv, Lk, D] in 32-key boxes; a pool [pages, page_size, Hkv,
+  // D] in boxes of a page's rows (at most 32).
+  const bool paged = p.kv.block_table != nullptr;
   const TileMap k_map =
-      make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides, kMlaTileK);
+      paged ? make_swizzle128_map(p.k, p.kv.num_pages, p.heads_kv, p.kv.page_size, p.head_dim_qk,
+                                  k_strides,
+                                  static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaTileK)))
+            : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
+                                  kMlaTileK);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
   // Split pairs merge in two-block clusters where the splits pair up and the
   // partials are staged: the combine then reads half the partials (MLA 32.1
@@ -555,12 +611,13 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
     q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
                                 kMlaRows / p.len_q);
   }
-  launch_programmatic_clusters(decode_mla_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                               pairs ? 2 : 1, kMlaThreads, kMlaSharedBytes, stream,
-                               "decode_mla_kernel", p, k_map, q_map, q_by_tma ? 1 : 0);
+  launch_programmatic_clusters(paged ? decode_mla_kernel<T, true> : decode_mla_kernel<T, false>,
+                               dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1, kMlaThreads,
+                               kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map, q_map,
+                               q_by_tma ? 1 : 0);
   if (p.num_splits > 1) {
     DecodeParams merged = p;
-    if (pairs) merged.num_splits /= 2;
+    if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
     launch_decode_combine<T>(merged, stream);
   }
 }
@@ -583,10 +640,10 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
   if (p.head_dim_qk <= 512)
     return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                               ": the MLA kernel serves 512 < head_dim_qk <= 576");
-  if (p.page_size > 0 || p.has_seq_lens_k)
-    return Verdict::other_row(
-        "a paged cache or per-sequence lengths: the MLA kernel's TMA boxes read dense k; "
-        "cuda_fused_decode serves them");
+  if (p.page_size > 0 && p.page_size != 8 && p.page_size != 16 && p.page_size % kMlaTileK != 0)
+    return Verdict::other_row("page_size=" + std::to_string(p.page_size) +
+                              ": the MLA kernel's TMA boxes take pages of 8, 16 or a multiple of " +
+                              std::to_string(kMlaTileK) + " rows; cuda_fused_decode serves others");
   if (p.row_alignment < 16)
     return Verdict::no("rows are " + std::to_string(p.row_alignment) +
                        "-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
@@ -622,8 +679,15 @@ void decode_mla_configure(const Problem& p, Plan& plan) {
 }
 
 void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
-  const DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows);
+  DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows);
   if (params.rows_per_kv_head == 0 || params.head_dim_v == 0) return;
+  // Splits of whole 32-key tiles from a multiple of 32: a paged tile then
+  // starts on a page or 32-key boundary inside its split (and dense runs the
+  // same splits, so a paged call and its dense twin sum alike).
+  params.key_begin -= params.key_begin % kMlaTileK;
+  params.keys_per_split =
+      (params.key_end - params.key_begin + params.num_splits - 1) / params.num_splits;
+  params.keys_per_split = (params.keys_per_split + kMlaTileK - 1) / kMlaTileK * kMlaTileK;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (plan.problem.dtype) {
     case DType::BF16:
