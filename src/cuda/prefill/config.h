@@ -151,7 +151,7 @@ constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket)
                            hopper_tile_k(head_dim_qk_bucket, head_dim_v_bucket));
 }
 
-// Whether the wgmma kernel's tiles fit a pair (generate_instances.py builds
+// Whether the wgmma kernel's tiles fit a pair (src/cuda/generate_instances.py builds
 // it for exactly these pairs; the generated dispatch table asserts so).
 constexpr bool hopper_fits(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return hopper_shared_bytes(head_dim_qk_bucket, head_dim_v_bucket) <= kSm90SharedBytes;
