@@ -212,6 +212,10 @@ struct Plan {
   size_t workspace_bytes = 0;
   std::string fallback_reason;  // why Auto did not take a fused path; empty otherwise
   int table_row = -1;           // selection-table row (internal)
+  // The compiled kernel instance the row chose (internal: an opaque launch
+  // function of its family; null for rows without generated instances). The
+  // launch calls it, without looking the instance up again.
+  void (*instance)() = nullptr;
 
   // Multi-line human-readable description.
   std::string explain() const;

@@ -47,7 +47,8 @@ struct KernelRow {
   // Whether the row serves the problem (its kernel is compiled for it).
   Verdict (*supports)(const Problem& problem, const Options& options);
   // Fills the plan's kernel facts: buckets, pad ratio, tiles, splits,
-  // threads, workspace. Called only when supports() said yes.
+  // threads, workspace, and the generated instance it chose (Plan::instance,
+  // for the families that have them). Called only when supports() said yes.
   void (*configure)(const Problem& problem, Plan& plan);
   // Launches. The plan was made by this row and the tensors match it.
   void (*launch)(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);

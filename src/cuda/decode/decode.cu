@@ -225,6 +225,10 @@ void decode_configure(const Problem& p, Plan& plan) {
   configure_decode_plan(
       p, plan,
       DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1});
+  // The launch calls the bucket's instance for the dtype (bucket_fns raises
+  // when that is not compiled).
+  plan.instance = reinterpret_cast<void (*)()>(
+      bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v).launch);
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,
@@ -314,10 +318,12 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
 void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
   const Problem& p = plan.problem;
   if (p.batch * p.heads_q * p.len_q == 0 || p.head_dim_v == 0) return;
-  const DecodeBucketFns fns = bucket_fns(p.dtype, plan.head_dim_qk_bucket, plan.head_dim_v_bucket);
+  const auto launch = reinterpret_cast<decltype(DecodeBucketFns::launch)>(plan.instance);
+  if (launch == nullptr)
+    throw Error("fsdpa: internal: a decode plan without its instance (" + plan.kernel + ")");
   const DecodeBlockShape tile = decode_block_shape(
       elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
-  fns.launch(make_decode_params(plan, t, workspace, tile.rows), static_cast<cudaStream_t>(stream));
+  launch(make_decode_params(plan, t, workspace, tile.rows), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -130,11 +130,19 @@ Verdict fits_shared_memory(const Problem& p, const PrefillInstance& instance, si
 // ratio counts the work a row does against the work its head dims need: with
 // Dv in column slices every slice computes Q K^T again, so 512/512 in two
 // 256-column slices does (512 + 256) x 2 for 1024, a ratio of 1.5.
-void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_k) {
+// The plan carries the instance's launch for the dtype: `bf16` or `f16` of
+// the table entry (the mma.sync or the wgmma members; null where that kernel
+// is not built, which only plan_for_row reaches).
+void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_k,
+                     PrefillLaunch PrefillInstance::*bf16, PrefillLaunch PrefillInstance::*f16) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
+  const PrefillLaunch launch = p.dtype == DType::BF16  ? instance->*bf16
+                               : p.dtype == DType::F16 ? instance->*f16
+                                                       : nullptr;
+  plan.instance = reinterpret_cast<void (*)()>(launch);
   plan.head_dim_qk_bucket = instance->head_dim_qk_bucket;
   plan.head_dim_v_bucket = instance->head_dim_v_bucket;
   plan.num_v_slices = v_slices_of(p.head_dim_v);
@@ -170,7 +178,8 @@ void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
-  configure_16bit(p, plan, prefill_tile_q(tile), tile.tile_k);
+  configure_16bit(p, plan, prefill_tile_q(tile), tile.tile_k, &PrefillInstance::bf16,
+                  &PrefillInstance::f16);
 }
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
@@ -204,7 +213,8 @@ void prefill_hopper_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   configure_16bit(p, plan, kHopperTileQ,
-                  hopper_tile_k(instance->head_dim_qk_bucket, instance->head_dim_v_bucket));
+                  hopper_tile_k(instance->head_dim_qk_bucket, instance->head_dim_v_bucket),
+                  &PrefillInstance::hopper_bf16, &PrefillInstance::hopper_f16);
 }
 
 PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
@@ -248,38 +258,26 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
 
 namespace {
 
-// Launches the plan's pair through `bf16` or `f16` of its table entry
-// (the mma.sync or the wgmma members).
-void launch_16bit(const Plan& plan, const Tensors& t, void* stream,
-                  PrefillLaunch PrefillInstance::*bf16, PrefillLaunch PrefillInstance::*f16) {
+// Launches the instance the plan carries (configure_16bit chose it).
+void launch_16bit(const Plan& plan, const Tensors& t, void* stream) {
   const Problem& p = plan.problem;
   if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
-  const PrefillParams params = make_prefill_params(plan, t);
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  for (const PrefillInstance& instance : kPrefillInstances) {
-    if (instance.head_dim_qk_bucket != plan.head_dim_qk_bucket ||
-        instance.head_dim_v_bucket != plan.head_dim_v_bucket || !instance.compiled)
-      continue;
-    const PrefillLaunch launch = p.dtype == DType::BF16  ? instance.*bf16
-                                 : p.dtype == DType::F16 ? instance.*f16
-                                                         : nullptr;
-    if (launch == nullptr) break;
-    launch(params, cuda_stream);
-    return;
-  }
-  throw Error("fsdpa: internal: " + plan.kernel + " plan for bucket " +
-              str(plan.head_dim_qk_bucket) + "/" + str(plan.head_dim_v_bucket) + " dtype " +
-              to_string(p.dtype) + " has no compiled instance");
+  const auto launch = reinterpret_cast<PrefillLaunch>(plan.instance);
+  if (launch == nullptr)
+    throw Error("fsdpa: internal: " + plan.kernel + " plan for bucket " +
+                str(plan.head_dim_qk_bucket) + "/" + str(plan.head_dim_v_bucket) + " dtype " +
+                to_string(p.dtype) + " has no compiled instance");
+  launch(make_prefill_params(plan, t), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace
 
 void prefill_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
-  launch_16bit(plan, t, stream, &PrefillInstance::bf16, &PrefillInstance::f16);
+  launch_16bit(plan, t, stream);
 }
 
 void prefill_hopper_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
-  launch_16bit(plan, t, stream, &PrefillInstance::hopper_bf16, &PrefillInstance::hopper_f16);
+  launch_16bit(plan, t, stream);
 }
 
 Verdict prefill_f32_supports(const Problem& p, const Options& options) {
