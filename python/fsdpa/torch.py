@@ -9,7 +9,7 @@ allocator and launches on torch's current stream without synchronizing.
 implementation directly in eager mode (the operator's eager dispatch costs
 more than the launch).
 
-Two familiar faces over it:
+Three familiar faces over it:
 
 - ``scaled_dot_product_attention(query, key, value, attn_mask, dropout_p,
   is_causal, scale, enable_gqa)``: torch.nn.functional's signature and
@@ -18,6 +18,12 @@ Two familiar faces over it:
 - ``flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size,
   softcap, ...)``: FlashAttention's, on [batch, seq, heads, dim] tensors, with
   its bottom-right causal alignment.
+- ``flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=...,
+  block_table=..., ...)``: FlashAttention's decode entry on a dense or paged
+  KV cache with per-sequence lengths (the cache is read, never appended to).
+
+The operator also takes ``block_table`` and ``seq_lens_k`` (paged caches and
+ragged batches, as ``fsdpa.attention``).
 
 fsdpa has no backward yet: inputs that require grad raise
 ``fsdpa.Unsupported`` (under ``torch.no_grad()`` or ``inference_mode()`` they
@@ -31,13 +37,14 @@ import torch
 from . import _api
 from ._errors import InvalidArgument, Unsupported
 
-__all__ = ["attention", "flash_attn_func", "scaled_dot_product_attention"]
+__all__ = ["attention", "flash_attn_func", "flash_attn_with_kvcache",
+           "scaled_dot_product_attention"]
 
 _LAYOUTS = ("bhsd", "bshd")
 
 
 def _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left, softcap,
-                     policy, return_lse, out_layout):
+                     policy, return_lse, out_layout, block_table=None, seq_lens_k=None):
     """The operator's implementation: outputs from torch's allocator, the
     launch on torch's current stream (fsdpa.attention's fast path)."""
     batch, heads, len_q = q.shape[:3]
@@ -50,7 +57,7 @@ def _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_l
     result = _api.attention(q, k, v, mask=mask, sinks=sinks, scale=scale, causal=causal,
                             causal_align=causal_align, window_left=window_left,
                             softcap=softcap or None, policy=policy, return_lse=return_lse,
-                            out=out_view)
+                            out=out_view, block_table=block_table, seq_lens_k=seq_lens_k)
     lse = result[1] if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device)
     return out, lse
 
@@ -59,15 +66,17 @@ def _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_l
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   mask: torch.Tensor | None, sinks: torch.Tensor | None, scale: float | None,
                   causal: bool, causal_align: str, window_left: int | None, softcap: float,
-                  policy: str | None, return_lse: bool,
-                  out_layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+                  policy: str | None, return_lse: bool, out_layout: str,
+                  block_table: torch.Tensor | None = None,
+                  seq_lens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     return _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left,
-                            softcap, policy, return_lse, out_layout)
+                            softcap, policy, return_lse, out_layout, block_table, seq_lens_k)
 
 
 @_attention_op.register_fake
 def _attention_fake(q, k, v, mask, sinks, scale, causal, causal_align, window_left, softcap,
-                    policy, return_lse, out_layout):
+                    policy, return_lse, out_layout, block_table=None, seq_lens_k=None):
+    # v is [B, Hkv, Lk, Dv], or a page pool [pages, page_size, Hkv, Dv]: Dv last either way.
     batch, heads, len_q = q.shape[:3]
     if out_layout == "bshd":
         out = q.new_empty((batch, len_q, heads, v.shape[3]))
@@ -89,19 +98,24 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
               window_left: int | None = None, mask: torch.Tensor | None = None,
               sinks: torch.Tensor | None = None, policy: str | None = None,
               softcap: float | None = None, return_lse: bool = False,
-              out_layout: str = "bhsd"):
+              out_layout: str = "bhsd", block_table: torch.Tensor | None = None,
+              seq_lens_k: torch.Tensor | None = None):
     """fsdpa.attention() on torch tensors, through the registered operator
-    (q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv], any strides).
+    (q [B, Hq, Lq, Dqk], k [B, Hkv, Lk, Dqk], v [B, Hkv, Lk, Dv], any strides;
+    with block_table [B, max_pages] int32, k and v are page pools [pages,
+    page_size, Hkv, D]; seq_lens_k [B] int32 gives each sequence's keys).
     out_layout "bhsd" returns out [B, Hq, Lq, Dv]; "bshd" returns it as
     [B, Lq, Hq, Dv], written in place without a transpose copy."""
     named = [("q", q), ("k", k), ("v", v)]
-    named += [(n, t) for n, t in (("mask", mask), ("sinks", sinks)) if t is not None]
+    named += [(n, t) for n, t in (("mask", mask), ("sinks", sinks), ("block_table", block_table),
+                                  ("seq_lens_k", seq_lens_k)) if t is not None]
     _check_inputs(*named)
     _api._check_bool("causal", causal, " (the alignment is causal_align)")
     if out_layout not in _LAYOUTS:
         raise InvalidArgument(f"fsdpa: out_layout: expected 'bhsd' or 'bshd', got {out_layout!r}")
     args = (q, k, v, mask, sinks, None if scale is None else float(scale), causal, causal_align,
-            window_left, float(softcap or 0.0), policy, return_lse, out_layout)
+            window_left, float(softcap or 0.0), policy, return_lse, out_layout, block_table,
+            seq_lens_k)
     # Traced (torch.compile), the call is the operator, one opaque node. In
     # eager mode the operator's dispatch would cost more than the launch
     # (tens of microseconds), so the same implementation runs directly; it
@@ -176,3 +190,59 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
                      scale=softmax_scale, causal=causal,
                      window_left=None if left < 0 else left, softcap=softcap or None,
                      out_layout="bshd")
+
+
+def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+                            rotary_cos: torch.Tensor | None = None,
+                            rotary_sin: torch.Tensor | None = None,
+                            cache_seqlens: torch.Tensor | int | None = None,
+                            cache_batch_idx: torch.Tensor | None = None,
+                            cache_leftpad: torch.Tensor | None = None,
+                            block_table: torch.Tensor | None = None,
+                            softmax_scale: float | None = None, causal: bool = False,
+                            window_size: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True,
+                            alibi_slopes: torch.Tensor | None = None, num_splits: int = 0,
+                            return_softmax_lse: bool = False):
+    """FlashAttention's flash_attn_with_kvcache on fsdpa's kernels, reading
+    the cache: q [B, Lq, Hq, D]; k_cache / v_cache [B, Lk, Hkv, D] (dense) or,
+    with block_table [B, max_blocks] int32, page pools [num_blocks,
+    block_size, Hkv, D]; cache_seqlens (an int, or [B] int32) the keys of
+    each sequence (default: all Lk, or the table's capacity). causal and
+    window_size are bottom-right aligned to each sequence's own length.
+    Returns out [B, Lq, Hq, Dv] (and the softmax LSE [B, Hq, Lq] float32 with
+    return_softmax_lse). Appending new keys (k, v), rotary embedding,
+    cache_batch_idx, cache_leftpad and ALiBi are not implemented and raise;
+    num_splits must be 0 (fsdpa plans its own key splits)."""
+    for name, value in (("k", k), ("v", v), ("rotary_cos", rotary_cos),
+                        ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx),
+                        ("cache_leftpad", cache_leftpad), ("alibi_slopes", alibi_slopes)):
+        if value is not None:
+            raise Unsupported(f"fsdpa: {name}: not implemented by flash_attn_with_kvcache "
+                              "(fsdpa reads the cache as given; append to it before the call)")
+    if num_splits != 0:
+        raise Unsupported(f"fsdpa: num_splits: fsdpa plans its own key splits, pass 0 (got "
+                          f"{num_splits!r})")
+    left, right = window_size
+    if right == 0:
+        causal = True
+    elif right != -1:
+        raise Unsupported(
+            f"fsdpa: window_size: a right window other than -1 (none) or 0 (causal) is not "
+            f"implemented, got {window_size!r}")
+    for name, tensor in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if isinstance(tensor, torch.Tensor) and tensor.dim() != 4:
+            raise InvalidArgument(f"fsdpa: {name}: expected 4 dims, got {tensor.dim()}")
+    seq_lens_k = cache_seqlens
+    if isinstance(cache_seqlens, int):
+        seq_lens_k = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    paged = block_table is not None
+    # Page pools are fsdpa's layout already; a dense cache is viewed as [B, Hkv, Lk, D].
+    k_view = k_cache if paged else k_cache.transpose(1, 2)
+    v_view = v_cache if paged else v_cache.transpose(1, 2)
+    result = attention(q.transpose(1, 2), k_view, v_view, scale=softmax_scale, causal=causal,
+                       window_left=None if left < 0 else left, softcap=softcap or None,
+                       out_layout="bshd", return_lse=return_softmax_lse,
+                       block_table=block_table, seq_lens_k=seq_lens_k)
+    return result

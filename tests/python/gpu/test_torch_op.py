@@ -1,6 +1,7 @@
-"""torch.ops.fsdpa.attention and its two faces on CUDA tensors: opcheck,
-torch.compile(fullgraph=True), CUDA-graph capture, the autograd error, and
-both faces against torch's own attention."""
+"""torch.ops.fsdpa.attention and its faces on CUDA tensors: opcheck (dense
+and paged), torch.compile(fullgraph=True), CUDA-graph capture, the autograd
+error, the SDPA and FlashAttention faces against torch's own attention or
+the float64 reference, flash_attn_with_kvcache on dense and paged caches."""
 
 import sys
 from pathlib import Path
@@ -156,3 +157,58 @@ def test_flash_face_errors():
         ft.flash_attn_func(q, q, q, window_size=(4, 4))
     with pytest.raises(fsdpa.Unsupported, match="^fsdpa: alibi_slopes"):
         ft.flash_attn_func(q, q, q, alibi_slopes=torch.ones(2, device="cuda"))
+
+
+def test_opcheck_paged():
+    q = rand(3, 4, 2, 64)
+    pool = rand(20, 16, 2, 64)
+    table = torch.randperm(20, device="cuda", dtype=torch.int32)[:18].view(3, 6)
+    lens = torch.tensor([5, 96, 40], device="cuda", dtype=torch.int32)
+    args = (q, pool, pool, None, None, None, True, "bottom_right", None, 0.0, None, True, "bshd",
+            table, lens)
+    torch.library.opcheck(torch.ops.fsdpa.attention.default, args)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("lq,causal,window", [(1, False, (-1, -1)), (3, True, (-1, -1)),
+                                              (2, False, (20, 0))])
+def test_flash_kvcache_face_matches_the_reference(paged, lq, causal, window):
+    batch, hq, hkv, d, page, pages = 3, 8, 2, 64, 16, 7
+    lens = [5, 112, 41]
+    q = rand(batch, lq, hq, d)
+    dense_k, dense_v = rand(batch, pages * page, hkv, d), rand(batch, pages * page, hkv, d)
+    seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    if paged:  # the same keys in shuffled pages of a pool
+        order = torch.randperm(batch * pages, device="cuda")
+        table = order.view(batch, pages).to(torch.int32)
+        k_pool = torch.empty(batch * pages, page, hkv, d, device="cuda", dtype=dense_k.dtype)
+        v_pool = torch.empty_like(k_pool)
+        k_pool[order] = dense_k.reshape(batch * pages, page, hkv, d)
+        v_pool[order] = dense_v.reshape(batch * pages, page, hkv, d)
+        out, lse = ft.flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=seqlens,
+                                              block_table=table, causal=causal,
+                                              window_size=window, return_softmax_lse=True)
+    else:
+        out, lse = ft.flash_attn_with_kvcache(q, dense_k, dense_v, cache_seqlens=seqlens,
+                                              causal=causal, window_size=window,
+                                              return_softmax_lse=True)
+    assert out.shape == (batch, lq, hq, d) and lse.shape == (batch, hq, lq)
+    as_np = lambda t: t.transpose(1, 2).float().cpu().numpy()  # noqa: E731
+    for b, n in enumerate(lens):
+        want, want_lse = reference(as_np(q[b:b + 1]), as_np(dense_k[b:b + 1, :n]),
+                                   as_np(dense_v[b:b + 1, :n]), causal=causal or window[1] == 0,
+                                   window_left=None if window[0] < 0 else window[0])
+        got = out[b:b + 1].transpose(1, 2).float().cpu().numpy()
+        assert ((got - want) ** 2).sum() ** 0.5 / (want ** 2).sum() ** 0.5 < 1e-2
+        assert abs(lse[b].float().cpu().numpy() - want_lse[0]).max() < 1e-2
+
+
+def test_flash_kvcache_face_errors():
+    q, cache = rand(1, 1, 2, 64), rand(1, 8, 2, 64)
+    with pytest.raises(fsdpa.Unsupported, match="^fsdpa: k: not implemented"):
+        ft.flash_attn_with_kvcache(q, cache, cache, k=cache, v=cache)
+    with pytest.raises(fsdpa.Unsupported, match="^fsdpa: num_splits"):
+        ft.flash_attn_with_kvcache(q, cache, cache, num_splits=2)
+    out = ft.flash_attn_with_kvcache(q, cache, cache, cache_seqlens=5)  # an int length
+    want = ft.flash_attn_with_kvcache(q, cache[:, :5], cache[:, :5])
+    torch.testing.assert_close(out, want, atol=2e-2, rtol=2e-2)
