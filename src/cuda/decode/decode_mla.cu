@@ -1,7 +1,10 @@
-// The MLA decode kernel (sm_90a) and its selection-table row: DeepSeek's
-// 576/512 heads with v the first 512 columns of k, many query heads on one
-// latent head. With 128 packed rows a K row feeds 128 dot products of 576
-// and 128 of 512, so the shape is compute-bound and wants warpgroup MMAs.
+// The MLA kernel (sm_90a) and its selection-table rows: DeepSeek's 576/512
+// heads with v the first 512 columns of k, many query heads on one latent
+// head. With 128 packed rows a K row feeds 128 dot products of 576 and 128
+// of 512, so the shape is compute-bound and wants warpgroup MMAs. The decode
+// row runs it up to the decode limit, the prefill row past it (a block's
+// packed rows are then 64 query positions of a head); k dense or a page pool
+// (kPaged: the tiles' TMA boxes land page by page).
 //
 // One block owns 64 packed query rows (one wgmma M) and one key split of one
 // (batch, kv head). Q stays in shared memory (in by TMA where a box of the
