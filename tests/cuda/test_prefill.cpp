@@ -194,7 +194,8 @@ std::vector<Case> awkward_cases() {
   // blocks of one head (Lq a multiple of 64: the causal grid runs the late
   // rows first), blocks of several heads (Lq = 33), Lq > Lk bottom-right
   // (fully masked rows, whole blocks without keys), top-left, many heads on
-  // few keys (key splits, split pairs), windows, masks, the soft cap, no lse.
+  // few keys (key splits, split pairs), windows, masks, the soft cap, no lse;
+  // Lq = 64 and 32, whose Q comes by TMA (a box of 64 / Lq heads).
   {
     struct Mla {
       int64_t heads_q, len_q, len_k;
@@ -205,7 +206,9 @@ std::vector<Case> awkward_cases() {
                        {4, 200, 1000, true, CausalAlign::TopLeft},
                        {2, 320, 100, true, CausalAlign::BottomRight},
                        {128, 33, 1031, false, CausalAlign::BottomRight},
-                       {8, 192, 700, true, CausalAlign::BottomRight}};
+                       {8, 192, 700, true, CausalAlign::BottomRight},
+                       {8, 64, 300, true, CausalAlign::BottomRight},
+                       {6, 32, 130, false, CausalAlign::BottomRight}};
     int k = 0;
     for (const Mla& m : mla) {
       Case c;
