@@ -175,6 +175,16 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         raise Unsupported("fsdpa: alibi_slopes: ALiBi is not implemented")
     if return_attn_probs:
         raise Unsupported("fsdpa: return_attn_probs: fsdpa never materializes the probabilities")
+    causal, window_left = _flash_window(window_size, causal)
+    _check_4d("[batch, seq, heads, dim]", ("q", q), ("k", k), ("v", v))
+    return attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                     scale=softmax_scale, causal=causal, window_left=window_left,
+                     softcap=softcap or None, out_layout="bshd")
+
+
+def _flash_window(window_size, causal):
+    """FlashAttention's (left, right) window as fsdpa's (causal, window_left):
+    right 0 is causal, -1 none; left -1 none."""
     left, right = window_size
     if right == 0:  # keys up to the diagonal: what causal means
         causal = True
@@ -182,14 +192,14 @@ def flash_attn_func(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         raise Unsupported(
             f"fsdpa: window_size: a right window other than -1 (none) or 0 (causal) is not "
             f"implemented, got {window_size!r}")
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
+    return causal, None if left < 0 else left
+
+
+def _check_4d(layout, *named):
+    """Each (name, tensor) has 4 dims, laid out as `layout` says."""
+    for name, tensor in named:
         if isinstance(tensor, torch.Tensor) and tensor.dim() != 4:
-            raise InvalidArgument(
-                f"fsdpa: {name}: expected 4 dims [batch, seq, heads, dim], got {tensor.dim()}")
-    return attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                     scale=softmax_scale, causal=causal,
-                     window_left=None if left < 0 else left, softcap=softcap or None,
-                     out_layout="bshd")
+            raise InvalidArgument(f"fsdpa: {name}: expected 4 dims {layout}, got {tensor.dim()}")
 
 
 def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -224,16 +234,10 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if num_splits != 0:
         raise Unsupported(f"fsdpa: num_splits: fsdpa plans its own key splits, pass 0 (got "
                           f"{num_splits!r})")
-    left, right = window_size
-    if right == 0:
-        causal = True
-    elif right != -1:
-        raise Unsupported(
-            f"fsdpa: window_size: a right window other than -1 (none) or 0 (causal) is not "
-            f"implemented, got {window_size!r}")
-    for name, tensor in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if isinstance(tensor, torch.Tensor) and tensor.dim() != 4:
-            raise InvalidArgument(f"fsdpa: {name}: expected 4 dims, got {tensor.dim()}")
+    causal, window_left = _flash_window(window_size, causal)
+    _check_4d("[batch, seq, heads, dim]", ("q", q))
+    _check_4d("[batch, seq, heads, dim] (paged: [blocks, block_size, heads, dim])",
+              ("k_cache", k_cache), ("v_cache", v_cache))
     seq_lens_k = cache_seqlens
     if isinstance(cache_seqlens, int):
         seq_lens_k = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
@@ -241,8 +245,7 @@ def flash_attn_with_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     # Page pools are fsdpa's layout already; a dense cache is viewed as [B, Hkv, Lk, D].
     k_view = k_cache if paged else k_cache.transpose(1, 2)
     v_view = v_cache if paged else v_cache.transpose(1, 2)
-    result = attention(q.transpose(1, 2), k_view, v_view, scale=softmax_scale, causal=causal,
-                       window_left=None if left < 0 else left, softcap=softcap or None,
-                       out_layout="bshd", return_lse=return_softmax_lse,
-                       block_table=block_table, seq_lens_k=seq_lens_k)
-    return result
+    return attention(q.transpose(1, 2), k_view, v_view, scale=softmax_scale, causal=causal,
+                     window_left=window_left, softcap=softcap or None, out_layout="bshd",
+                     return_lse=return_softmax_lse, block_table=block_table,
+                     seq_lens_k=seq_lens_k)

@@ -311,6 +311,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
     p.kernel = row->name;
     p.head_dim_qk_bucket = p.head_dim_v_bucket = 0;
     p.tile_q = p.tile_k = 0;
+    p.instance = nullptr;
     row->configure(problem, p);
     outcome.plan = p;
     const Buffer workspace(p.workspace_bytes);  // split-K rows need one

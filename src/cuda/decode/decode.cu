@@ -211,6 +211,10 @@ void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket& bucket = *covering;
   const DecodeBlockShape tile =
       decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
+  // The bucket's instance for the dtype (bucket_fns raises when that is not
+  // compiled): the plan carries its launch.
+  const DecodeBucketFns fns = bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v);
+  plan.instance = reinterpret_cast<void (*)()>(fns.launch);
   // Resident blocks per SM from the occupancy calculator where the device
   // is the current one, else an H100/H200-like guess.
   int blocks_per_sm = kAssumedBlocksPerSm;
@@ -219,20 +223,15 @@ void decode_configure(const Problem& p, Plan& plan) {
     FSDPA_CUDA_CHECK(cudaGetDevice(&current));
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
     if (current == p.device.index)
-      blocks_per_sm = std::max(1, bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v)
-                                      .blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
+      blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
   }
   configure_decode_plan(
       p, plan,
       DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1});
-  // The launch calls the bucket's instance for the dtype (bucket_fns raises
-  // when that is not compiled).
-  plan.instance = reinterpret_cast<void (*)()>(
-      bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v).launch);
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,
-                                int rows_per_block) {
+                                int rows_per_block, int split_keys_multiple) {
   const Problem& p = plan.problem;
   const int64_t rows_total = p.batch * p.heads_q * p.len_q;
   auto strides = [](const TensorView& view) {
@@ -300,10 +299,12 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.causal_bottom_right = plan.options.causal_align == CausalAlign::BottomRight ? 1 : 0;
   d.v_aliases_k = p.v_aliases_k ? 1 : 0;
   const auto [key_begin, key_end] = key_hull(p, plan.options);
-  d.key_begin = int(key_begin);
+  const int multiple = split_keys_multiple;
+  d.key_begin = int(key_begin) / multiple * multiple;
   d.key_end = int(key_end);
   d.num_splits = int(plan.num_kv_splits);
-  d.keys_per_split = int((key_end - key_begin + d.num_splits - 1) / d.num_splits);
+  const int keys_per_split = (d.key_end - d.key_begin + d.num_splits - 1) / d.num_splits;
+  d.keys_per_split = (keys_per_split + multiple - 1) / multiple * multiple;
   d.dv_ws = d.head_dim_v;
   if (d.num_splits > 1) {
     // The (max, sum) pairs first: float2 accesses stay 8-byte aligned (run()
@@ -323,7 +324,7 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
     throw Error("fsdpa: internal: a decode plan without its instance (" + plan.kernel + ")");
   const DecodeBlockShape tile = decode_block_shape(
       elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
-  launch(make_decode_params(plan, t, workspace, tile.rows), static_cast<cudaStream_t>(stream));
+  launch(make_decode_params(plan, t, workspace, tile.rows, 1), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -26,8 +26,11 @@ struct DecodeGrid {
 void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid& grid);
 
 // The kernels' parameters for one call of a planned decode problem, with
-// rows_per_block packed rows per block.
+// rows_per_block packed rows per block and splits of a multiple of
+// split_keys_multiple keys from a multiple of it (DecodeGrid's: the MLA
+// kernel's 32-key tiles, so that a paged tile starts on a page or 32-key
+// boundary).
 DecodeParams make_decode_params(const Plan& plan, const Tensors& tensors, void* workspace,
-                                int rows_per_block);
+                                int rows_per_block, int split_keys_multiple);
 
 }  // namespace fsdpa::detail::cuda

@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // rows, or of a multiple of 32: see decode_mla_supports) a tile is then one
   // box a page it spans, and dense k is tiled alike (a paged call and its
   // dense twin sum in the same order). The splits start on such a multiple
-  // (decode_mla_launch), so the keys before keys.begin that the first tile
+  // (make_decode_params), so the keys before keys.begin that the first tile
   // takes are of no row's range: masked as any other.
   constexpr bool paged = kPaged;
   const int box_keys = paged ? min(static_cast<int>(p.kv.page_size), kMlaTileK) : kMlaTileK;
@@ -682,15 +682,12 @@ void decode_mla_configure(const Problem& p, Plan& plan) {
 }
 
 void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
-  DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows);
+  // Splits of whole 32-key tiles from a multiple of 32 (the plan's
+  // split_keys_multiple): a paged tile then starts on a page or 32-key
+  // boundary inside its split, and dense runs the same splits, so a paged
+  // call and its dense twin sum alike.
+  const DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows, kMlaTileK);
   if (params.rows_per_kv_head == 0 || params.head_dim_v == 0) return;
-  // Splits of whole 32-key tiles from a multiple of 32: a paged tile then
-  // starts on a page or 32-key boundary inside its split (and dense runs the
-  // same splits, so a paged call and its dense twin sum alike).
-  params.key_begin -= params.key_begin % kMlaTileK;
-  params.keys_per_split =
-      (params.key_end - params.key_begin + params.num_splits - 1) / params.num_splits;
-  params.keys_per_split = (params.keys_per_split + kMlaTileK - 1) / kMlaTileK * kMlaTileK;
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (plan.problem.dtype) {
     case DType::BF16:
