@@ -22,7 +22,8 @@
 #                the decode sanitizers, COVERAGE_DECODE_BENCH=0 the unaligned decode rows,
 #                LARGE_SANITIZE_FILTER replaces the sanitizers' prefill filter;
 #                BENCH_ARGS="--only-dqk 576" keeps the bench's 576 rows,
-#                AB_PREFILL=0 leaves the prefill table out of the A/B)
+#                AB_PREFILL=0 leaves the prefill table out of the A/B;
+#                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
 # memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
@@ -416,7 +417,7 @@ fi
 # graphs, the transformers backend), the call-overhead bench, and
 # `pip install` of the CUDA build into a fresh venv.
 if [ "$STAGES" = ecosystem ]; then
-  run_gpu_suites 240 200 120
+  [ "${ECOSYSTEM_SUITES:-1}" = 1 ] && run_gpu_suites 240 200 120
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 300) \
     python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
   say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"

@@ -65,7 +65,8 @@ def cuda_rows(torch):
 
         fsdpa.attention(q, k, v)
         entry = next(e for e in _api._plans.values() if e.out_shape == (1, 32, 1, 128))
-        pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0, 0, 0]
+        # q, k, v, mask, sinks, out, block_table, seq_lens_k (_api's entry.run)
+        pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0, 0, 0, 0, 0]
         block = _api._Words.from_buffer_copy(entry.template)
         for slot, value in zip(entry.slots, pointers[:3] + [pointers[0]]):
             block[slot] = value
