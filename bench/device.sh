@@ -22,7 +22,8 @@
 #                the decode sanitizers, COVERAGE_DECODE_BENCH=0 the unaligned decode rows,
 #                LARGE_SANITIZE_FILTER replaces the sanitizers' prefill filter;
 #                BENCH_ARGS="--only-dqk 576" keeps the bench's 576 rows,
-#                AB_PREFILL=0 leaves the prefill table out of the A/B;
+#                AB_PREFILL=0 leaves the prefill table out of the A/B, AB_DECODE=0 the
+#                decode rows, AB_ARGS="--only-dqk 64,128" are the A/B prefill bench's arguments;
 #                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
@@ -132,16 +133,31 @@ fi
 pids=()
 start_prefill_shards() {
   for i in $(seq 0 11); do
-    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i timeout $(limit "$1") $BUILD/bin/gpu_test_prefill \
-      --gtest_brief=1 >"$OUT/prefill_shard_$i.txt" 2>&1 &
+    : >"$OUT/prefill_shard_$i.txt"
+    GTEST_TOTAL_SHARDS=12 GTEST_SHARD_INDEX=$i run_test "$OUT/prefill_shard_$i.txt" "$1" \
+      gpu_test_prefill "shard $i" &
     pids+=($!)
   done
 }
 
-# The short loops' report of $OUT/tests.log, and memcheck + racecheck of
-# test binary $1 on gtest filter $2 (limit $3 s each), named $4.
+# Test binary $3 (in $BUILD/bin; $4: a label such as its shard) with limit
+# $2 s, appending to log $1, then its exit status as "[  EXIT    ] <binary>
+# <label>: <status>": a process that dies (a crash, an abort, the time limit)
+# prints no gtest summary, and report_tests names it by that line.
+run_test() {
+  local log=$1 seconds=$2 binary=$3 label=${4:-} status
+  timeout "$(limit "$seconds")" "$BUILD/bin/$binary" --gtest_brief=1 >>"$log" 2>&1
+  status=$?
+  echo "[  EXIT    ] $binary${label:+ $label}: $status" >>"$log"
+}
+
+# The short loops' report of $OUT/tests.log (counts, failures, and every test
+# process that did not exit 0), and memcheck + racecheck of test binary $1 on
+# gtest filter $2 (limit $3 s each), named $4.
 report_tests() {
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/tests.log" | sort | uniq -c | tee -a "$SUMMARY"
+  grep -E '^\[  EXIT    \] .*: [1-9][0-9]*$' "$OUT/tests.log" | sed 's/$/ (exit status: 124 the time limit, 134 abort, 139 segfault)/' |
+    tee -a "$SUMMARY"
   grep -E '^\[  FAILED  \] .*\.' "$OUT/tests.log" | head -20 | tee -a "$SUMMARY"
   grep -E -B2 -A12 'Failure' "$OUT/tests.log" | head -60
 }
@@ -152,12 +168,14 @@ run_gpu_suites() {
   local t0
   t0=$(date +%s)
   start_prefill_shards "$1"
-  timeout $(limit "$1") $BUILD/bin/gpu_test_unfused --gtest_brief=1 >"$OUT/unfused_tests.txt" 2>&1 &
+  : >"$OUT/unfused_tests.txt"
+  : >"$OUT/decode_tests.txt"
+  run_test "$OUT/unfused_tests.txt" "$1" gpu_test_unfused &
   pids+=($!)
   for p in "${pids[@]}"; do wait "$p"; done
-  timeout $(limit "$2") $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/decode_tests.txt" 2>&1
-  timeout $(limit "$3") $BUILD/bin/gpu_test_decode_vs_prefill --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
-  timeout $(limit "$3") $BUILD/bin/gpu_test_paged --gtest_brief=1 >>"$OUT/decode_tests.txt" 2>&1
+  run_test "$OUT/decode_tests.txt" "$2" gpu_test_decode
+  run_test "$OUT/decode_tests.txt" "$3" gpu_test_decode_vs_prefill
+  run_test "$OUT/decode_tests.txt" "$3" gpu_test_paged
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
@@ -266,8 +284,8 @@ if [ "$STAGES" = coverage ]; then
         [ "${AB_PREFILL:-1}" = 1 ] &&
           FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
           python3 "$(ab_root $variant)/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
-          --name "$variant-$rep" >"$OUT/ab/$variant-$rep.log" 2>&1
-        ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
+          --name "$variant-$rep" ${AB_ARGS:-} >"$OUT/ab/$variant-$rep.log" 2>&1
+        [ "${AB_DECODE:-1}" = 1 ] && ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
       done
     done
     [ "${AB_PREFILL:-1}" = 1 ] &&
@@ -324,7 +342,8 @@ ab_variants() {
 # session 7).
 if [ "$STAGES" = decode ] && [ "${DECODE_TESTS:-1}" = 1 ]; then
   t0=$(date +%s)
-  timeout $(limit 240) $BUILD/bin/gpu_test_decode --gtest_brief=1 >"$OUT/tests.log" 2>&1
+  : >"$OUT/tests.log"
+  run_test "$OUT/tests.log" 240 gpu_test_decode
   say "decode gpu tests: rc=$? $(($(date +%s) - t0)) s"
   report_tests
   sanitize_small gpu_test_decode 'Decode.MlaRowsPerKvHead:Decode.FullyMaskedRowsAndSinks:Decode.SplitsForced' 120 decode
@@ -388,7 +407,7 @@ if [ "$STAGES" = paged ]; then
   elif [ "${PAGED_SUITES:-decode}" != none ]; then
     t0=$(date +%s)
     for suite in gpu_test_paged gpu_test_decode gpu_test_decode_vs_prefill; do
-      timeout $(limit 150) $BUILD/bin/$suite --gtest_brief=1 >>"$OUT/tests.log" 2>&1
+      run_test "$OUT/tests.log" 150 "$suite"
     done
     say "decode + paged gpu tests: $(($(date +%s) - t0)) s"
     report_tests

@@ -259,6 +259,35 @@ std::vector<Case> awkward_cases() {
         cases.push_back(c);
         ++k;
       }
+    // The narrow load stage under every masking rule: tails of the query and
+    // key tiles, top-left and bottom-right causal, a window with sinks, an
+    // additive mask with the soft cap, a boolean mask with empty rows, Lq >
+    // Lk, GQA, column slices (300/300: 600-byte rows).
+    struct Narrow {
+      int64_t d, len_q, len_k;
+      DType dtype;
+    };
+    const Narrow narrow[] = {{90, 200, 388, DType::BF16},  {76, 130, 258, DType::F16},
+                             {100, 256, 512, DType::BF16}, {90, 300, 100, DType::F16},
+                             {300, 130, 260, DType::BF16}, {90, 128, 1000, DType::BF16}};
+    int n = 0;
+    for (const Narrow& x : narrow) {
+      Case c;
+      c.layout = Layout::BHSD;
+      c.head_dim_qk = c.head_dim_v = x.d;
+      c.dtype = x.dtype;
+      c.len_q = x.len_q;
+      c.len_k = x.len_k;
+      c.heads_q = 4;
+      c.heads_kv = n % 2 ? 4 : 2;
+      c.causal = n != 5;
+      c.align = n == 1 ? CausalAlign::TopLeft : CausalAlign::BottomRight;
+      if (n == 1) c.window = 70, c.sinks = true;
+      if (n == 2) c.mask = MaskKind::Additive, c.softcap = 30.0;
+      if (n == 5) c.mask = MaskKind::Boolean, c.fully_masked_rows = true;
+      cases.push_back(c);
+      ++n;
+    }
     for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::PaddedBSHD}) {
       Case c;
       c.layout = layout;
