@@ -143,12 +143,14 @@ start_prefill_shards() {
 # Test binary $3 (in $BUILD/bin; $4: a label such as its shard) with limit
 # $2 s, appending to log $1, then its exit status as "[  EXIT    ] <binary>
 # <label>: <status>": a process that dies (a crash, an abort, the time limit)
-# prints no gtest summary, and report_tests names it by that line.
+# prints no gtest summary, and report_tests names it by that line. Returns
+# that status.
 run_test() {
   local log=$1 seconds=$2 binary=$3 label=${4:-} status
   timeout "$(limit "$seconds")" "$BUILD/bin/$binary" --gtest_brief=1 >>"$log" 2>&1
   status=$?
   echo "[  EXIT    ] $binary${label:+ $label}: $status" >>"$log"
+  return "$status"
 }
 
 # The short loops' report of $OUT/tests.log (counts, failures, and every test
