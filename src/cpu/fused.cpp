@@ -93,6 +93,17 @@ bool cpu_has_f16c() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
+
+// Whether the CPU runs the AVX2 kernel, asked once: CPUID traps to the
+// hypervisor in a virtual machine, and asking at every launch made a tiny
+// call's launch 3-4x slower.
+bool cpu_runs_avx2() {
+  static const bool runs = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
+  }();
+  return runs;
+}
 #endif
 
 Kernel pick_kernel() {
@@ -102,9 +113,7 @@ Kernel pick_kernel() {
     throw_invalid("FSDPA_CPU_ISA: expected generic or avx2, got '" + forced + "'");
   if (forced == "generic") return {fused_item_generic, fused_combine_generic};
 #if FSDPA_HAVE_AVX2_KERNEL
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
-    return {fused_item_avx2, fused_combine_avx2};
+  if (cpu_runs_avx2()) return {fused_item_avx2, fused_combine_avx2};
 #endif
   if (forced == "avx2")
     throw Unsupported("fsdpa: FSDPA_CPU_ISA=avx2 but this CPU or build lacks AVX2, FMA or F16C");
