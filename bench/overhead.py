@@ -63,36 +63,70 @@ def cuda_rows(torch):
         # Where a fast-path call's time goes: each piece alone, same tensors.
         from fsdpa import _api, _arrays, _capi  # noqa: PLC0415
 
+        _api._plans.clear()
         fsdpa.attention(q, k, v)
-        entry = next(e for e in _api._plans.values() if e.out_shape == (1, 32, 1, 128))
-        # q, k, v, mask, sinks, out, block_table, seq_lens_k (_api's entry.run)
-        pointers = [q.data_ptr(), k.data_ptr(), v.data_ptr(), 0, 0, 0, 0, 0]
+        entry = next(iter(_api._plans.values()))
         block = _api._Words.from_buffer_copy(entry.template)
-        for slot, value in zip(entry.slots, pointers[:3] + [pointers[0]]):
+        out_spare = torch.empty((1, 32, 1, 128), dtype=q.dtype, device="cuda")
+        for slot, value in zip(entry.slots, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                             out_spare.data_ptr())):
             block[slot] = value
         workspace = torch.empty(max(entry.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
         stream = _arrays.stream_of(q)
         lib = _capi.library()
-        out_spare = torch.empty((1, 32, 1, 128), dtype=q.dtype, device="cuda")
-        block[entry.slots[3]] = out_spare.data_ptr()
+        options = _api.ctypes.byref(entry.options)
         pieces = {
             "piece: key of q, k, v": lambda: [(a.shape, a.stride(), a.dtype, a.device,
                                                a.data_ptr() & 15) for a in (q, k, v)],
             "piece: environment": _capi.environment,
+            "piece: torch.empty_like out": lambda: torch.empty_like(q),
             "piece: torch.empty out": lambda: torch.empty((1, 32, 1, 128), dtype=q.dtype,
                                                           device=q.device),
             "piece: torch.empty workspace": lambda: torch.empty(entry.workspace_bytes,
                                                                 dtype=torch.uint8,
                                                                 device=q.device),
-            "piece: stream": lambda: _arrays.stream_of(q),
+            "piece: stream": entry.stream,
+            "piece: fsdpa_attention (ctypes + library)": lambda: lib.fsdpa_attention(
+                _api.ctypes.addressof(block), options, stream),
             "piece: fsdpa_run (ctypes + library)": lambda: lib.fsdpa_run(
                 entry.plan.handle, _api.ctypes.addressof(block), workspace.data_ptr(),
                 entry.workspace_bytes, stream),
-            "piece: entry.run": lambda: entry.run(q, list(pointers), None),
+            "piece: entry.run": lambda: entry.run(q, [q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                      0, 0, 0, 0, 0], None),
         }
         for name, piece in pieces.items():
             rows[name] = per_call_us(piece, sync=sync)
+        # The GPU's own time per call: the calls replayed from a CUDA graph
+        # (no host work between launches). Where it exceeds a row above, that
+        # row timed the GPU, not the host.
+        for name, fn in (("gpu: fsdpa (graph replay)", prepared),
+                         ("gpu: torch sdpa (graph replay)",
+                          lambda: sdpa(q, k, v, enable_gqa=True))):
+            rows[name] = graph_us(torch, fn)
     return shape, rows
+
+
+def graph_us(torch, fn, calls=100, repeats=7):
+    """Microseconds per call of `fn` replayed from a CUDA graph of `calls`."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
 
 
 def cpu_rows():

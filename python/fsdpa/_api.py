@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import numbers
 import operator
 import sys
@@ -181,12 +182,15 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
 
 # ------------------------------------------------------------------ fast path
 # attention() on numpy arrays or torch tensors looks its call up by a key of
-# everything the plan depends on: per array its type, shape, strides, dtype,
-# device and base address modulo 16 (the row alignment); the options with
-# their types (so that causal=1 is not served by the entry of causal=True);
-# and the environment variables planning reads. A hit copies the entry's
-# fsdpa_tensors template, writes the data pointers and launches the entry's
-# plan; fsdpa_run checks the tensors against the plan all the same.
+# everything the fsdpa_tensors struct and the plan depend on: per array its
+# type, shape, strides, dtype, device and base address modulo 16 (the row
+# alignment); the options with their types (so that causal=1 is not served by
+# the entry of causal=True); and the environment variables planning reads. A
+# hit copies the entry's fsdpa_tensors template, writes the data pointers and
+# calls fsdpa_attention, whose own plan cache serves the plan and which
+# allocates the workspace (stream-ordered on the GPU); the library checks the
+# tensors all the same. While torch captures a CUDA graph the workspace comes
+# from torch's allocator instead (its graph pool) and the entry's plan runs.
 
 _CACHE_CAPACITY = 256
 _plans: dict = {}
@@ -205,7 +209,6 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
                     seq_lens_k=None):
     """attention() through the cache for numpy arrays or torch tensors only
     (exact types, no subclasses); None when the call takes the general path."""
-    numpy, torch = sys.modules.get("numpy"), sys.modules.get("torch")
     kind = type(q)
     if type(k) is not kind or type(v) is not kind:
         return None
@@ -214,17 +217,8 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
         if array is not None and type(array) is not kind:
             return None
     parts, pointers = [kind, return_lse, options_key, _capi.environment()], []
-    if numpy is not None and kind is numpy.ndarray:
-        for array in arrays:
-            if array is None:
-                parts.append(None)
-                pointers.append(0)
-                continue
-            pointer = array.ctypes.data
-            parts.append((array.shape, array.strides, array.dtype, pointer & 15,
-                          array is out and array.flags.writeable))
-            pointers.append(pointer)
-    elif torch is not None and kind is torch.Tensor:
+    torch = sys.modules.get("torch")
+    if torch is not None and kind is torch.Tensor:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return None  # the general path raises
         for array in arrays:
@@ -236,15 +230,25 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
             parts.append((array.shape, array.stride(), array.dtype, array.device, pointer & 15))
             pointers.append(pointer)
     else:
-        return None
+        numpy = sys.modules.get("numpy")
+        if numpy is None or kind is not numpy.ndarray:
+            return None
+        for array in arrays:
+            if array is None:
+                parts.append(None)
+                pointers.append(0)
+                continue
+            pointer = array.ctypes.data
+            parts.append((array.shape, array.strides, array.dtype, pointer & 15,
+                          array is out and array.flags.writeable))
+            pointers.append(pointer)
     key = tuple(parts)
     entry = _plans.get(key)
     if entry is None:
         scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, _, softcap, _ = (
             options_key)
         options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
-        entry = _Entry(_Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k),
-                       options)
+        entry = _Entry(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k, options)
         _remember(key, entry)
     return entry.run(q, pointers, out)
 
@@ -280,6 +284,8 @@ def _field_offset(*path):
 _DATA = {name: _field_offset("tensors", name, "data") for name in ("q", "k", "v", "out")}
 _OPTIONAL = {name: (_field_offset("tensors", name), _field_offset(name),
                     _field_offset(name, "data")) for name in _OPTIONAL_NAMES}
+# Where _Entry.run finds each optional view's data pointer.
+_POINTER_INDEX = {"mask": 3, "sinks": 4, "block_table": 6, "seq_lens_k": 7, "lse": 8}
 
 
 class _Plan:
@@ -300,66 +306,123 @@ class _Plan:
 
 
 class _Entry:
-    """One cached call: its plan, an fsdpa_tensors template and how to fill
-    in the data pointers of new arrays of the same layout."""
+    """One cached call: its plan and options, an fsdpa_tensors template, how
+    to fill in the data pointers of new arrays of the same layout and how to
+    allocate their outputs."""
 
-    __slots__ = ("plan", "template", "slots", "present", "out_shape", "lse_shape",
-                 "workspace_bytes", "lib")
+    __slots__ = ("plan", "options", "template", "slots", "optional", "workspace_bytes", "lib",
+                 "new_out", "new_lse", "pointer_of", "stream", "capturing")
 
-    def __init__(self, call, options):
+    def __init__(self, q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k,
+                 options):
         self.lib = _capi.library()
+        self.options = options
+        self.new_out = self.new_lse = None
+        if len(q.shape) == 4 and len(v.shape) == 4:
+            self.new_out, new_lse = _allocators(q, (*q.shape[:3], v.shape[3]))
+            if return_lse:
+                self.new_lse = new_lse
+        if out is None and self.new_out is not None:
+            out = self.new_out(q)  # the template's out has the layout of every run's
+        call = _Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k)
         block = _Block()
         block.tensors = call.struct
-        present = {name: getattr(call.struct, name) for name in _OPTIONAL_NAMES}
-        for name, pointer in present.items():
-            if pointer:
-                setattr(block, name, pointer.contents)
-        self.present = tuple(name for name, pointer in present.items() if pointer)
+        present = [name for name in _OPTIONAL_NAMES if getattr(call.struct, name)]
+        for name in present:
+            setattr(block, name, getattr(call.struct, name).contents)
         self.plan = _Plan(self.lib, ctypes.addressof(block.tensors), options)
-        info = _plan_info(self.lib, self.plan.handle)
-        self.workspace_bytes = info.workspace_bytes
-        self.out_shape = tuple(call.out.shape)
-        self.lse_shape = tuple(call.lse.shape) if call.lse is not None else None
-        # The 8-byte words each run writes: the data of q, k, v and out; the
-        # pointers to the optional views; their data.
-        offsets = [_DATA[name] for name in ("q", "k", "v", "out")]
-        offsets += [_OPTIONAL[name][0] for name in self.present]
-        offsets += [_OPTIONAL[name][2] for name in self.present]
-        self.slots = tuple(offset // 8 for offset in offsets)
+        self.workspace_bytes = _plan_info(self.lib, self.plan.handle).workspace_bytes
+        # The 8-byte words each run writes: the data of q, k, v and out; per
+        # optional view, the pointer to it, its data and where run() finds
+        # that data (an index into its pointers, lse's appended last).
+        self.slots = tuple(_DATA[name] // 8 for name in ("q", "k", "v", "out"))
+        self.optional = tuple((_OPTIONAL[name][0] // 8, _OPTIONAL[name][2] // 8,
+                               _OPTIONAL[name][1], _POINTER_INDEX[name]) for name in present)
         self.template = bytes(block)
+        self.stream = self.capturing = None
+        if _arrays.is_torch(q):
+            torch = sys.modules["torch"]
+            self.pointer_of = torch.Tensor.data_ptr
+            if q.is_cuda:
+                self.stream = functools.partial(_arrays.torch_stream, q.get_device())
+                self.capturing = torch.cuda.is_current_stream_capturing
+        else:
+            self.pointer_of = _arrays.data_pointer
 
     def run(self, q, pointers, out):
         """Launches on new arrays of the entry's layout: `pointers` are the
         data addresses of q, k, v, mask, sinks, out, block_table and
         seq_lens_k (0 for absent ones)."""
-        data_pointer = _arrays.data_pointer
         if out is None:
-            out = _arrays.empty_like_kind(q, self.out_shape)
-            pointers[5] = data_pointer(out)
+            out = self.new_out(q)
+            pointers[5] = self.pointer_of(out)
         lse = None
-        if self.lse_shape is not None:
-            lse = _arrays.empty_like_kind(q, self.lse_shape, float32=True)
+        if self.new_lse is not None:
+            lse = self.new_lse(q)
+            pointers.append(self.pointer_of(lse))
         block = _Words.from_buffer_copy(self.template)
+        slots = self.slots
+        block[slots[0]] = pointers[0]
+        block[slots[1]] = pointers[1]
+        block[slots[2]] = pointers[2]
+        block[slots[3]] = pointers[5]
         base = ctypes.addressof(block)
-        optional = {"mask": pointers[3], "sinks": pointers[4],
-                    "lse": data_pointer(lse) if lse is not None else 0,
-                    "block_table": pointers[6], "seq_lens_k": pointers[7]}
-        values = [pointers[0], pointers[1], pointers[2], pointers[5]]
-        values += [base + _OPTIONAL[name][1] for name in self.present]
-        values += [optional[name] for name in self.present]
-        for slot, value in zip(self.slots, values):
-            block[slot] = value
-        stream = _arrays.stream_of(q)
-        # Fresh each run: runs of two CPU threads overlap, and a CUDA
-        # workspace kept between runs would outlive a CUDA-graph pool that
-        # torch.compile's cudagraph trees allocated it from.
-        workspace = None
-        if self.workspace_bytes:
+        for view_slot, data_slot, view_offset, index in self.optional:
+            block[view_slot] = base + view_offset
+            block[data_slot] = pointers[index]
+        stream = self.stream() if self.stream is not None else None
+        if self.capturing is not None and self.workspace_bytes and self.capturing():
+            # While torch captures a graph the workspace comes from torch's
+            # allocator (the graph's pool), fresh each run: runs of two CPU
+            # threads overlap.
             workspace = _arrays.empty_bytes_like_kind(q, self.workspace_bytes)
-        _capi.check(self.lib.fsdpa_run(self.plan.handle, base,
-                                       data_pointer(workspace) if workspace is not None else None,
-                                       self.workspace_bytes, stream))
+            _capi.check(self.lib.fsdpa_run(self.plan.handle, base, workspace.data_ptr(),
+                                           self.workspace_bytes, stream))
+        else:
+            _capi.check(self.lib.fsdpa_attention(base, ctypes.byref(self.options), stream))
         return (out, lse) if lse is not None else out
+
+
+def _row_major_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _allocators(q, out_shape):
+    """The fast path's allocators of out (`out_shape`, q's dtype) and lse
+    ([B, Hq, Lq] float32) in q's framework and on its device, each a function
+    of the call's q (whose layout the entry's key fixes). Where q is a
+    row-major tensor of out's shape, a torch out is torch.empty_like(q) (the
+    same row-major strides, and cheaper than torch.empty with a shape and a
+    device)."""
+    lse_shape = tuple(out_shape[:3])
+    if _arrays.is_torch(q):
+        torch = sys.modules["torch"]
+        dtype, device = q.dtype, q.device
+        if tuple(out_shape) == tuple(q.shape) and q.stride() == _row_major_strides(out_shape):
+            new_out = torch.empty_like
+        else:
+            def new_out(_):
+                return torch.empty(out_shape, dtype=dtype, device=device)
+
+        def new_lse(_):
+            return torch.empty(lse_shape, dtype=torch.float32, device=device)
+        return new_out, new_lse
+    if _arrays.is_numpy(q):
+        numpy = sys.modules["numpy"]
+        dtype = q.dtype
+
+        def new_out(_):
+            return numpy.empty(out_shape, dtype=dtype)
+
+        def new_lse(_):
+            return numpy.empty(lse_shape, dtype=numpy.float32)
+        return new_out, new_lse
+    return None, None
+
 
 @dataclasses.dataclass(frozen=True)
 class PlanInfo:

@@ -348,8 +348,7 @@ def current_stream(view_of_q):
     if kind != "cuda":
         return None
     if is_torch(view_of_q.array):
-        torch = sys.modules["torch"]
-        return torch.cuda.current_stream(index).cuda_stream or None
+        return torch_stream(index)
     if _is_cupy(view_of_q.array):
         return sys.modules["cupy"].cuda.get_current_stream().ptr or None
     return None
@@ -360,9 +359,16 @@ def stream_of(array):
     torch's raw current stream where torch exposes it (a stream object costs
     microseconds to make), else through torch.cuda.current_stream."""
     if is_torch(array) and array.is_cuda:
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw is not None:
-            return raw(array.get_device()) or None
-        return torch.cuda.current_stream(array.device).cuda_stream or None
+        return torch_stream(array.get_device())
     return None
+
+
+def torch_stream(index):
+    """torch's current stream on CUDA device `index` as an address (None for
+    the legacy default stream): the raw one where torch exposes it (a stream
+    object costs microseconds to make)."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index) or None
+    return torch.cuda.current_stream(index).cuda_stream or None

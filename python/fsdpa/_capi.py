@@ -240,7 +240,7 @@ def environment():
         _environment_names = tuple(names.split(","))
         if _environ_bytes is not None:
             _environment_names = tuple(name.encode() for name in _environment_names)
-    return tuple(_getenv(name) for name in _environment_names)
+    return tuple(map(_getenv, _environment_names))
 
 
 # os.environ.get decodes the name and the value at every call (about a

@@ -46,19 +46,23 @@ _LAYOUTS = ("bhsd", "bshd")
 def _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left, softcap,
                      policy, return_lse, out_layout, block_table=None, seq_lens_k=None):
     """The operator's implementation: outputs from torch's allocator, the
-    launch on torch's current stream (fsdpa.attention's fast path)."""
-    batch, heads, len_q = q.shape[:3]
+    launch on torch's current stream (fsdpa.attention's fast path). Returns
+    (out, lse), lse None unless return_lse."""
+    out = None
     if out_layout == "bshd":  # [B, Lq, H, Dv] storage, viewed as [B, H, Lq, Dv]
-        out = torch.empty((batch, len_q, heads, v.shape[3]), dtype=q.dtype, device=q.device)
-        out_view = out.transpose(1, 2)
-    else:
-        out = out_view = torch.empty((batch, heads, len_q, v.shape[3]), dtype=q.dtype,
-                                     device=q.device)
+        batch, heads, len_q = q.shape[:3]
+        out = torch.empty((batch, len_q, heads, v.shape[3]), dtype=q.dtype,
+                          device=q.device).transpose(1, 2)
     result = _api.attention(q, k, v, mask=mask, sinks=sinks, scale=scale, causal=causal,
                             causal_align=causal_align, window_left=window_left,
                             softcap=softcap or None, policy=policy, return_lse=return_lse,
-                            out=out_view, block_table=block_table, seq_lens_k=seq_lens_k)
-    lse = result[1] if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device)
+                            out=out, block_table=block_table, seq_lens_k=seq_lens_k)
+    if return_lse:
+        out, lse = result
+    else:
+        out, lse = result, None
+    if out_layout == "bshd":
+        out = out.transpose(1, 2)
     return out, lse
 
 
@@ -69,8 +73,11 @@ def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   policy: str | None, return_lse: bool, out_layout: str,
                   block_table: torch.Tensor | None = None,
                   seq_lens_k: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    return _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left,
-                            softcap, policy, return_lse, out_layout, block_table, seq_lens_k)
+    out, lse = _attention_eager(q, k, v, mask, sinks, scale, causal, causal_align, window_left,
+                                softcap, policy, return_lse, out_layout, block_table, seq_lens_k)
+    if lse is None:  # the schema returns a tensor: an empty one
+        lse = torch.empty((0,), dtype=torch.float32, device=q.device)
+    return out, lse
 
 
 @_attention_op.register_fake

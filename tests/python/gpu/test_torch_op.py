@@ -75,6 +75,25 @@ def test_cuda_graph_capture_replays_on_new_data():
             assert error(out, want) < 1e-2
 
 
+def test_fast_path_outputs_are_row_major_on_every_layout():
+    # The fast path allocates out like q where q is row-major, with torch.empty
+    # otherwise; a hit reuses the way its miss chose.
+    k, v = rand(1, 2, 300, 64), rand(1, 2, 300, 64)
+    queries = [rand(1, 8, 5, 64), rand(1, 5, 8, 64).transpose(1, 2), rand(1, 8, 1, 64),
+               rand(1, 1, 8, 64).transpose(1, 2)]
+    with torch.no_grad():
+        for q in queries:
+            want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            for _ in range(2):  # the miss, then the hit
+                out = fsdpa.attention(q, k, v)
+                assert out.shape == (1, 8, q.shape[2], 64)
+                assert out.stride() == torch.empty(out.shape).stride()
+                assert error(out, want) < 1e-2
+                out, lse = fsdpa.attention(q, k, v, return_lse=True)
+                assert lse.shape == (1, 8, q.shape[2]) and lse.dtype == torch.float32
+                assert error(out, want) < 1e-2
+
+
 def test_compile_reduce_overhead():
     def step(q, k, v):
         return ft.attention(q, k, v) * 2
