@@ -188,6 +188,7 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     const int64_t wave = int64_t(multiprocessors) * grid.blocks_per_sm;
     int64_t want = std::max<int64_t>(1, wave / base_blocks);
     want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
+    if (hull < kDecodeMinKeysToSplit) want = 1;
     want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);
     // Even splits of a multiple of the row's key step, none empty.
     const int64_t multiple = grid.split_keys_multiple;

@@ -24,9 +24,12 @@ inline constexpr int64_t kDecodeMaxHeadDimV = 512;
 // Upper bound on key splits (the combine kernel keeps one weight per split in
 // shared memory), also the cap of FSDPA_DECODE_SPLITS.
 inline constexpr int kDecodeMaxSplits = 4096;
-// A split reads at least this many keys: below it the fixed cost of a block
-// (q load, merge, partial write) and of the combine outweigh more parallelism.
-inline constexpr int kDecodeMinKeysPerSplit = 256;
+// A split reads at least this many keys, and a key range shorter than
+// kDecodeMinKeysToSplit is not split: the combine kernel costs a few
+// microseconds of GPU time (and a launch), which a range that short does not
+// win back (bench/NOTES.md, session 17: graph-replayed small decodes).
+inline constexpr int kDecodeMinKeysPerSplit = 64;
+inline constexpr int kDecodeMinKeysToSplit = 512;
 
 // ------------------------------------------------------------ CUDA cores
 // The split kernel for f32 (decode_kernel.cuh): warps are key streams with
