@@ -39,7 +39,6 @@ constexpr int kCombineSumFloats = kCombineThreads * 4;
 static_assert(kCombineSumFloats >= kCombineColumns);
 
 using decode_kernel::allow_next_launch;
-using decode_kernel::kLn2;
 using decode_kernel::kLog2e;
 using decode_kernel::minus_inf;
 using decode_kernel::wait_for_previous_kernel;
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   }
   if (tid == 0 && blockIdx.y == 0 && p.lse != nullptr)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
-        top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+        decode_kernel::row_lse({top, base, sum});
 }
 
 template <typename T, int Vec>

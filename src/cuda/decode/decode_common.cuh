@@ -2,7 +2,8 @@
 // tensor-core split kernel and the combine kernel): the masking rules as
 // decode sees them, the per-row set-up of a block, and the
 // block epilogue that merges the key streams of a block and writes either the
-// final rows or the split's partial for the combine kernel.
+// final rows or the split's partial for the combine kernel (or, where the
+// splits of a row chunk form a cluster, merges them there).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,7 +14,10 @@
 
 #include "core/key_range.h"
 #include "cuda/common/convert.cuh"
+#include "cuda/common/copy.cuh"
 #include "cuda/common/score.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_params.h"
 
 namespace fsdpa::detail::cuda::decode_kernel {
@@ -215,6 +219,63 @@ __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const Dec
   return k;
 }
 
+// A row's totals over the parts merged into it: the largest max (the sink's
+// included), the base the weights are taken against (0 where no key and no
+// sink count) and the denominator.
+struct RowTotals {
+  float top, base, sum;
+};
+
+// The row's lse from its totals (-inf where nothing counts).
+__device__ __forceinline__ float row_lse(const RowTotals& t) {
+  return t.top == minus_inf() ? minus_inf() : (t.base + log2f(t.sum)) * kLn2;
+}
+
+// Merges row r's key streams: stats_s[stream * kRows + r] holds each
+// stream's (max, sum); each entry becomes (its weight against the row's
+// base, 0). `sink` (exp2 domain, -inf for none) joins the max and the sum.
+template <int kStreams, int kRows>
+__device__ __forceinline__ RowTotals merge_stream_stats(float2* stats_s, int r, float sink) {
+  float block_max = minus_inf();
+#pragma unroll
+  for (int w = 0; w < kStreams; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
+  RowTotals t;
+  t.top = fmaxf(block_max, sink);
+  t.base = t.top == minus_inf() ? 0.f : t.top;
+  t.sum = exp2f(sink - t.base);
+#pragma unroll
+  for (int w = 0; w < kStreams; ++w) {
+    const float2 stream = stats_s[w * kRows + r];
+    const float weight = exp2f(stream.x - t.base);
+    t.sum += stream.y * weight;
+    stats_s[w * kRows + r] = make_float2(weight, 0.f);
+  }
+  return t;
+}
+
+// Writes 4 output columns [d, d + 4) of row r (fewer at the end of Dv) of
+// the block's rows, v times scale.
+template <typename T>
+__device__ __forceinline__ void store_out_columns(const DecodeParams& p, const DecodeBlock& b,
+                                                  int r, int d, const float (&v)[4], float scale) {
+  const int columns = min(4, p.head_dim_v - d);
+  const int2 hi = packed_row(p, b, r);
+  T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
+           hi.y * p.out_strides.row + d;
+  // Where rows start 16-byte aligned, 4 elements at a multiple of 4 are one vector.
+  alignas(16) T x[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) x[e] = from_float<T>(v[e] * scale);
+  if (columns == 4 && p.copy_bytes >= 16) {
+    if constexpr (sizeof(T) == 2)
+      *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(x);
+    else
+      *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(x);
+  } else {
+    for (int e = 0; e < columns; ++e) out[e] = x[e];
+  }
+}
+
 // The block epilogue. stats_s[stream * kRows + r] holds each key stream's
 // (max, sum) for row r, merge_s[(stream * kRows + r) * DV + d] its
 // unnormalized output. Merges the streams and writes out/lse (one split: the
@@ -231,28 +292,15 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
   const int64_t first_slot = first_partial_row(p, b);
   if (const int r = static_cast<int>(threadIdx.x); r < b.rows_here) {
     const int2 hi = packed_row(p, b, r);
-    float block_max = minus_inf();
-#pragma unroll
-    for (int w = 0; w < kStreams; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
     float sink = minus_inf();
     if (single_split && p.sinks != nullptr) sink = p.sinks[hi.x * p.sinks_stride] * kLog2e;
-    const float top = fmaxf(block_max, sink);
-    const float base = top == minus_inf() ? 0.f : top;
-    float sum = exp2f(sink - base), weight[kStreams];
-#pragma unroll
-    for (int w = 0; w < kStreams; ++w) {
-      weight[w] = exp2f(stats_s[w * kRows + r].x - base);
-      sum += stats_s[w * kRows + r].y * weight[w];
-    }
-    const float scale = single_split ? (sum > 0.f ? 1.f / sum : 0.f) : 1.f;
-#pragma unroll
-    for (int w = 0; w < kStreams; ++w)
-      stats_s[w * kRows + r] = make_float2(weight[w], w == 0 ? scale : 0.f);
+    const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, r, sink);
+    stats_s[r].y = single_split ? (t.sum > 0.f ? 1.f / t.sum : 0.f) : 1.f;  // the row's scale
     if (!single_split)
-      reinterpret_cast<float2*>(p.partial_max_sum)[first_slot + r] = make_float2(top, sum);
+      reinterpret_cast<float2*>(p.partial_max_sum)[first_slot + r] = make_float2(t.top, t.sum);
     else if (p.lse != nullptr)
       p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head + hi.y * p.lse_strides.row] =
-          top == minus_inf() ? minus_inf() : (base + log2f(sum)) * kLn2;
+          row_lse(t);
   }
   __syncthreads();
   constexpr int kVectors = DV / 4;
@@ -267,25 +315,10 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
       const float4 m = *reinterpret_cast<const float4*>(merge_s + (w * kRows + r) * DV + d);
       v[0] += weight * m.x, v[1] += weight * m.y, v[2] += weight * m.z, v[3] += weight * m.w;
     }
-    const int columns = min(4, p.head_dim_v - d);
     if (single_split) {
-      const float scale = stats_s[r].y;
-      const int2 hi = packed_row(p, b, r);
-      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
-               hi.y * p.out_strides.row + d;
-      // Where rows start 16-byte aligned, 4 elements at a multiple of 4 are one vector.
-      alignas(16) T x[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = from_float<T>(v[e] * scale);
-      if (columns == 4 && p.copy_bytes >= 16) {
-        if constexpr (sizeof(T) == 2)
-          *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(x);
-        else
-          *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(x);
-      } else {
-        for (int e = 0; e < columns; ++e) out[e] = x[e];
-      }
+      store_out_columns<T>(p, b, r, d, v, stats_s[r].y);
     } else {
+      const int columns = min(4, p.head_dim_v - d);
       float* out = p.partial_out + (first_slot + r) * p.dv_ws + d;
       if (columns == 4 && partial_vectors)
         *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
@@ -293,6 +326,83 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
         for (int e = 0; e < columns; ++e) out[e] = v[e];
     }
   }
+}
+
+// The epilogue of a block whose row chunk's key splits form one cluster
+// (rank = split, launch_mma_split; sm_90): each block merges its streams in
+// place (stream 0's rows of merge_s become the block's unnormalized rows,
+// block_s[r] their (max, sum)), then the blocks merge the splits through
+// distributed shared memory, each a share of the rows' 4-column vectors, and
+// write out and lse as the combine kernel does from the partials: no
+// partials, no second kernel. block_s: kRows float2 of shared memory.
+template <typename T, int kStreams, int kRows, int DV>
+__device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const DecodeBlock& b,
+                                                   float2* stats_s, float* merge_s,
+                                                   float2* block_s) {
+  static_assert(DV % 4 == 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < kRows) {
+    const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, tid, minus_inf());
+    block_s[tid] = make_float2(t.top, t.sum);
+  }
+  __syncthreads();
+  constexpr int kVectors = DV / 4;
+  for (int idx = tid; idx < b.rows_here * kVectors; idx += blockDim.x) {
+    const int r = idx / kVectors, d = idx % kVectors * 4;
+    if (d >= p.head_dim_v) continue;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kStreams; ++w) {
+      const float weight = stats_s[w * kRows + r].x;
+      const float4 m = *reinterpret_cast<const float4*>(merge_s + (w * kRows + r) * DV + d);
+      v.x += weight * m.x, v.y += weight * m.y, v.z += weight * m.z, v.w += weight * m.w;
+    }
+    // Over stream 0's row: no other thread reads these 4 columns of row r.
+    *reinterpret_cast<float4*>(merge_s + r * DV + d) = v;
+  }
+  cluster_arrive();
+  cluster_wait();  // every split's rows and totals staged
+  const int splits = static_cast<int>(cluster_blocks()), rank = static_cast<int>(cluster_rank());
+  const uint32_t rows_at = shared_address(merge_s), totals_at = shared_address(block_s);
+  const int vectors = (p.head_dim_v + 3) / 4;
+  for (int idx = rank * static_cast<int>(blockDim.x) + tid; idx < b.rows_here * vectors;
+       idx += splits * static_cast<int>(blockDim.x)) {
+    const int r = idx / vectors, d = idx % vectors * 4;
+    float2 totals[kDecodeMaxClusterSplits];
+    RowTotals t;
+    t.top = minus_inf();
+#pragma unroll
+    for (int s = 0; s < kDecodeMaxClusterSplits; ++s)
+      if (s < splits) {
+        totals[s] = load_cluster_float2(cluster_address(totals_at + r * 8, s));
+        t.top = fmaxf(t.top, totals[s].x);
+      }
+    const int2 hi = packed_row(p, b, r);
+    const float sink = p.sinks != nullptr ? p.sinks[hi.x * p.sinks_stride] * kLog2e : minus_inf();
+    t.top = fmaxf(t.top, sink);
+    t.base = t.top == minus_inf() ? 0.f : t.top;
+    t.sum = exp2f(sink - t.base);
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < kDecodeMaxClusterSplits; ++s)
+      if (s < splits) {
+        const float weight = exp2f(totals[s].x - t.base);  // 0 for a split without keys
+        t.sum += weight * totals[s].y;
+        const float4 m = load_cluster_float4(cluster_address(rows_at + (r * DV + d) * 4, s));
+        v[0] += weight * m.x, v[1] += weight * m.y, v[2] += weight * m.z, v[3] += weight * m.w;
+      }
+    store_out_columns<T>(p, b, r, d, v, t.sum > 0.f ? 1.f / t.sum : 0.f);
+    if (d == 0 && p.lse != nullptr)
+      p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head + hi.y * p.lse_strides.row] =
+          row_lse(t);
+  }
+  cluster_arrive();
+  cluster_wait();  // the other blocks' reads of this block's rows are done
+#else
+  (void)p, (void)b, (void)stats_s, (void)merge_s, (void)block_s;
+  __trap();  // launch_mma_split forms clusters only for sm_90 binaries
+#endif
 }
 
 }  // namespace fsdpa::detail::cuda::decode_kernel

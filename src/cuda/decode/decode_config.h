@@ -30,6 +30,10 @@ inline constexpr int kDecodeMaxSplits = 4096;
 // win back (bench/NOTES.md, session 17: graph-replayed small decodes).
 inline constexpr int kDecodeMinKeysPerSplit = 64;
 inline constexpr int kDecodeMinKeysToSplit = 512;
+// The most key splits of a row chunk that merge in one thread-block cluster
+// (the tensor-core split kernel on sm_90: no combine kernel); 8 is the
+// largest cluster every sm_90 GPU schedules.
+inline constexpr int kDecodeMaxClusterSplits = 8;
 
 // ------------------------------------------------------------ CUDA cores
 // The split kernel for f32 (decode_kernel.cuh): warps are key streams with

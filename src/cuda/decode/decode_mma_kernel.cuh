@@ -13,7 +13,9 @@
 // (decode_config.h says which tiling each bucket gets and why). All 8 warps
 // share one cp.async ring of key stages; at the end the streams merge in
 // shared memory (decode_common.cuh's epilogue), writing the final rows (one
-// split) or the split's partial for the combine kernel. The tensor cores
+// split) or the split's partial for the combine kernel; where a row chunk's
+// 2-8 splits form a cluster (sm_90, small grids: merges_in_cluster) they
+// merge there instead. The tensor cores
 // do 16 rows of work per key whatever the group size, far below their rate
 // at decode's bandwidth, so the kernel is bound by the K/V stream.
 #pragma once
@@ -24,6 +26,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
+#include "cuda/common/device.h"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/decode/decode_common.cuh"
@@ -324,7 +327,26 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
       *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
   }
   __syncthreads();
-  store_block_rows<T, kStreams, kRows, DV>(p, blk, stats_s, merge_s);
+  if (p.cluster_merge != 0)  // q_s is free: it holds the block's row totals
+    store_cluster_rows<T, kStreams, kRows, DV>(p, blk, stats_s, merge_s,
+                                               reinterpret_cast<float2*>(q_s));
+  else
+    store_block_rows<T, kStreams, kRows, DV>(p, blk, stats_s, merge_s);
+}
+
+// Whether the splits of each row chunk merge in one cluster: an sm_90 binary,
+// 2..kDecodeMaxClusterSplits splits, one row chunk per kv head (its splits
+// are then adjacent blocks), every split a block (no per-sequence lengths,
+// whose splits past a sequence's end return at once), and a grid of at most
+// one block per two multiprocessors. Graph-replayed on the H200
+// (bench/results/h200-decode-splits.md) the merge beat the combine kernel in
+// every such cell, by 0.2-8.6 us; with more blocks a cluster's blocks wait
+// for room in one GPC together and share multiprocessors (B=4 Hkv=8 at 8
+// splits, 256 blocks: 13.6-34.7 us against 9.5-26.4 with the combine).
+inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int multiprocessors) {
+  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  return binary_version >= 90 && p.num_splits > 1 && p.num_splits <= kDecodeMaxClusterSplits &&
+         p.row_chunks == 1 && p.kv.seq_lens_k == nullptr && 2 * blocks <= multiprocessors;
 }
 
 template <typename T, int DQK, int DV>
@@ -333,6 +355,17 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
                                                   : decode_mma_kernel<T, DQK, DV, false>;
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32,
+                                    smem, "decode_mma_kernel");
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  if (merges_in_cluster(p, binary, device_info(device).multiprocessors)) {
+    DecodeParams merged = p;
+    merged.cluster_merge = 1;
+    launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), p.num_splits,
+                                 kDecodeMmaWarps * 32, smem, stream, "decode_mma_kernel", merged);
+    return;
+  }
   launch_programmatic(kernel, static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream,
                       "decode_mma_kernel", p);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);

@@ -63,6 +63,9 @@ struct DecodeParams {
   int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
   int32_t num_splits = 1;
   int32_t dv_ws = 0;  // row stride of partial_out (Dv)
+  // The splits of each row chunk run as one cluster and merge there
+  // (store_cluster_rows): no partials in the workspace, no combine kernel.
+  int32_t cluster_merge = 0;
 };
 
 }  // namespace fsdpa::detail::cuda
