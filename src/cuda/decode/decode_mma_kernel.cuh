@@ -15,9 +15,9 @@
 // shared memory (decode_common.cuh's epilogue), writing the final rows (one
 // split) or the split's partial for the combine kernel; where a row chunk's
 // 2-8 splits form a cluster (sm_90, small grids: merges_in_cluster) they
-// merge there instead. The tensor cores
-// do 16 rows of work per key whatever the group size, far below their rate
-// at decode's bandwidth, so the kernel is bound by the K/V stream.
+// merge there instead. The tensor cores do 16 rows of work per key whatever
+// the group size, far below their rate at decode's bandwidth, so the kernel
+// is bound by the K/V stream.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -338,11 +338,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, D
 // 2..kDecodeMaxClusterSplits splits, one row chunk per kv head (its splits
 // are then adjacent blocks), every split a block (no per-sequence lengths,
 // whose splits past a sequence's end return at once), and a grid of at most
-// one block per two multiprocessors. Graph-replayed on the H200
-// (bench/results/h200-decode-splits.md) the merge beat the combine kernel in
-// every such cell, by 0.2-8.6 us; with more blocks a cluster's blocks wait
-// for room in one GPC together and share multiprocessors (B=4 Hkv=8 at 8
-// splits, 256 blocks: 13.6-34.7 us against 9.5-26.4 with the combine).
+// one block per two multiprocessors: there the merge beat the combine kernel
+// in every measured case, while in larger grids a cluster's blocks wait for
+// room in one GPC together and share multiprocessors, and it lost
+// (bench/NOTES.md, session 17; bench/results/h200-decode-splits*.md).
 inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int multiprocessors) {
   const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
   return binary_version >= 90 && p.num_splits > 1 && p.num_splits <= kDecodeMaxClusterSplits &&
