@@ -32,6 +32,7 @@ namespace {
 // split count is planned for an H100/H200-sized GPU.
 constexpr int kAssumedMultiprocessors = 132;
 constexpr int kAssumedBlocksPerSm = 2;
+constexpr int kAssumedComputeCapability = 90;
 
 const DecodeBucket* find_bucket(int64_t head_dim_qk, int64_t head_dim_v) {
   for (const DecodeBucket& bucket : kDecodeBuckets)
@@ -189,6 +190,16 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     int64_t want = std::max<int64_t>(1, wave / base_blocks);
     want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
     if (hull < kDecodeMinKeysToSplit) want = 1;
+    // A short range whose splits merge in a cluster (no combine kernel)
+    // splits from fewer keys, into as many as the cluster and the launch's
+    // grid bound (merges_in_cluster: one block per two SMs) take.
+    if (grid.cluster_merge && row_chunks == 1 && !p.has_seq_lens_k &&
+        hull >= kDecodeMinKeysToMergeInCluster && hull <= kDecodeMaxKeysToMergeInCluster) {
+      const int64_t cluster_want =
+          std::min<int64_t>({kDecodeMaxClusterSplits, multiprocessors / (2 * base_blocks),
+                             hull / kDecodeMinKeysPerSplit});
+      if (cluster_want >= 2) want = cluster_want;
+    }
     want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);
     // Even splits of a multiple of the row's key step, none empty.
     const int64_t multiple = grid.split_keys_multiple;
@@ -219,16 +230,21 @@ void decode_configure(const Problem& p, Plan& plan) {
   // Resident blocks per SM from the occupancy calculator where the device
   // is the current one, else an H100/H200-like guess.
   int blocks_per_sm = kAssumedBlocksPerSm;
+  int compute_capability = kAssumedComputeCapability;
   if (has_device(p.device.index)) {
     int current = 0;
     FSDPA_CUDA_CHECK(cudaGetDevice(&current));
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
     if (current == p.device.index)
       blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
+    compute_capability = device_info(p.device.index).compute_capability;
   }
-  configure_decode_plan(
-      p, plan,
-      DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1});
+  // The tensor-core kernel (f16, bf16) merges in clusters on sm_90 (where
+  // its binary is an sm_80 one, the launch takes the combine kernel).
+  const bool cluster_merge = p.dtype != DType::F32 && compute_capability >= 90;
+  configure_decode_plan(p, plan,
+                        DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys,
+                                   blocks_per_sm, 1, cluster_merge});
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,

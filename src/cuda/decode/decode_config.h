@@ -32,8 +32,13 @@ inline constexpr int kDecodeMinKeysPerSplit = 64;
 inline constexpr int kDecodeMinKeysToSplit = 512;
 // The most key splits of a row chunk that merge in one thread-block cluster
 // (the tensor-core split kernel on sm_90: no combine kernel); 8 is the
-// largest cluster every sm_90 GPU schedules.
+// largest cluster every sm_90 GPU schedules. Key ranges of 256-512 keys,
+// where splits merged in a cluster beat both one split and the combine
+// kernel's count (bench/NOTES.md, session 17), split into as many of them as
+// fit; longer ranges keep the wave rule above.
 inline constexpr int kDecodeMaxClusterSplits = 8;
+inline constexpr int kDecodeMinKeysToMergeInCluster = 256;
+inline constexpr int kDecodeMaxKeysToMergeInCluster = 512;
 
 // ------------------------------------------------------------ CUDA cores
 // The split kernel for f32 (decode_kernel.cuh): warps are key streams with

@@ -12,12 +12,14 @@ namespace fsdpa::detail::cuda {
 // (packed rows, keys per pipeline step), how many of its blocks fit one
 // multiprocessor, and the multiple the keys per split are rounded up to
 // when the split count is chosen (the launch then divides the keys evenly
-// over that count).
+// over that count); and whether the kernel can merge a row chunk's splits in
+// a cluster (the tensor-core split kernel on sm_90: merges_in_cluster).
 struct DecodeGrid {
   int head_dim_qk_bucket, head_dim_v_bucket;
   int rows, keys;
   int blocks_per_sm;
   int split_keys_multiple;
+  bool cluster_merge;
 };
 
 // Fills the plan's kernel facts: buckets, tile, the split count (one full
