@@ -677,8 +677,8 @@ Verdict prefill_mla_supports(const Problem& p, const Options& options) {
 
 void decode_mla_configure(const Problem& p, Plan& plan) {
   // One block per multiprocessor (its shared memory); splits of whole K tiles.
-  configure_decode_plan(p, plan,
-                        DecodeGrid{kMlaHeadDimQk, kMlaHeadDimV, kMlaRows, kMlaTileK, 1, kMlaTileK, false});
+  configure_decode_plan(
+      p, plan, DecodeGrid{kMlaHeadDimQk, kMlaHeadDimV, kMlaRows, kMlaTileK, 1, kMlaTileK, false});
 }
 
 void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
