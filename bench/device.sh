@@ -435,8 +435,9 @@ fi
 # ------------------------------------------------------------------ ecosystem
 # The Python side on the GPU: every GPU suite (the library's call path
 # changed under them), the Python GPU tests (torch op, torch.compile, CUDA
-# graphs, the transformers backend), the call-overhead bench, and
-# `pip install` of the CUDA build into a fresh venv.
+# graphs, the transformers backend), the call-overhead bench, the small
+# decodes by split count (bench/decode_splits.py: the split rule and the
+# cluster merge), and `pip install` of the CUDA build into a fresh venv.
 if [ "$STAGES" = ecosystem ]; then
   [ "${ECOSYSTEM_SUITES:-1}" = 1 ] && run_gpu_suites 240 200 120
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 300) \
@@ -448,6 +449,11 @@ if [ "$STAGES" = ecosystem ]; then
     --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
   say "overhead bench: rc=$?"
   tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 90) python3 bench/decode_splits.py \
+    --out "$OUT/bench/h200-decode-splits.json" --md "$OUT/bench/h200-decode-splits.md" \
+    >"$OUT/decode-splits.log" 2>&1
+  say "small-decode splits bench: rc=$?"
+  grep -E '^\|' "$OUT/bench/h200-decode-splits.md" | tee -a "$SUMMARY"
   t0=$(date +%s)
   FSDPA_PIP_CMAKE_ARGS="-DFSDPA_HEAD_DIMS=64;128 ${cmake_extra[*]}" timeout $(limit 240) \
     bash tests/package/check_pip.sh "$PWD" /tmp/fsdpa-pip python3 >"$OUT/pip.log" 2>&1
@@ -528,7 +534,8 @@ true
 # tool's 16 MB a file (the SASS and sanitizer logs of a full build).
 if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ]; then
   for f in h200-prefill-large.json h200-prefill-large.md h200-prefill-large.png \
-    h200-decode-unaligned.json support-matrix.md h200-overhead.json h200-overhead.md; do
+    h200-decode-unaligned.json support-matrix.md h200-overhead.json h200-overhead.md \
+    h200-decode-splits.json; do
     [ -f "$OUT/bench/$f" ] && cp "$OUT/bench/$f" "$FINAL_OUT/"
   done
 fi
