@@ -5,7 +5,9 @@ decode tensors, and fsdpa.attention() against a prepared call on the CPU.
 A call's cost is the wall time of `calls` back-to-back calls (then one
 synchronize) over `calls`, on shapes whose kernel takes less than the call
 itself (so the number is the host's launch path, not the GPU's work); the
-median of `repeats` such loops. Writes JSON (--out) and prints a table.
+median of `repeats` such loops. The "gpu:" rows are the GPU's own time per
+call (the calls replayed from a CUDA graph): a row above them that is not
+larger timed the GPU, not the host. Writes JSON (--out) and prints a table.
 
     python3 bench/overhead.py --out bench/results/h200-overhead.json
 """
