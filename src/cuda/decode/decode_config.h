@@ -243,6 +243,20 @@ constexpr size_t decode_mma_smem_bytes(int dqk, int dv, bool v_aliases_k) {
   return decode_mma_smem(dqk, dv, c.stages, c.streams, v_aliases_k).total;
 }
 
+// The resident blocks per SM the kernel's launch bounds promise ptxas for
+// compute capability `arch` (__CUDA_ARCH__): the tiling's own count on sm_90,
+// and before it no more than the largest pre-Hopper SM's shared memory holds
+// (the A100's 164 KB): two blocks of a tiling for 113 KB each never fit
+// there, and promising them capped the registers at 128 for nothing (the
+// 576/512 instance spilled on sm_80).
+inline constexpr size_t kDecodeMmaPreHopperSmBytes = 164 * 1024;
+constexpr int decode_mma_launch_blocks(int dqk, int dv, int arch) {
+  const int blocks = decode_mma_config(dqk, dv).min_blocks;
+  if (arch >= 900) return blocks;
+  const int fit = int(kDecodeMmaPreHopperSmBytes / decode_mma_smem_bytes(dqk, dv, false));
+  return fit < 1 ? 1 : (fit < blocks ? fit : blocks);
+}
+
 // What the plan reports and the launch grid uses, for either split kernel:
 // packed rows per block and keys per pipeline step of a block.
 struct DecodeBlockShape {

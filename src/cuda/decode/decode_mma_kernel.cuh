@@ -41,8 +41,15 @@ namespace decode_kernel {
 // address looked up; else dense rows a constant stride apart. Two kernels,
 // so the dense one keeps its registers (one kernel with both load paths
 // spilled at 576/512).
+#ifdef __CUDA_ARCH__
+inline constexpr int kDecodeMmaArch = __CUDA_ARCH__;
+#else
+inline constexpr int kDecodeMmaArch = 900;  // the host pass: launch bounds unused
+#endif
+
 template <typename T, int DQK, int DV, bool kPaged>
-__global__ void __launch_bounds__(kDecodeMmaWarps * 32, decode_mma_config(DQK, DV).min_blocks)
+__global__ void __launch_bounds__(kDecodeMmaWarps * 32,
+                                  decode_mma_launch_blocks(DQK, DV, kDecodeMmaArch))
     decode_mma_kernel(const DecodeParams p) {
   constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
   constexpr int kRows = kDecodeMmaRows;
