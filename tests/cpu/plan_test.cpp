@@ -13,6 +13,9 @@
 #include "attention_case.h"
 #include "env_guard.h"
 #include "select/table.h"
+#if FSDPA_WITH_CUDA
+#include "cuda/decode/decode.h"
+#endif
 
 namespace fsdpa::test {
 namespace {
@@ -415,6 +418,30 @@ TEST(Views, ContiguousAndStrided) {
     EXPECT_THAT(e.what(), HasSubstr("fsdpa: dtype: unknown value 9"));
   }
 }
+
+#if FSDPA_WITH_CUDA
+// The decode tilings are sized for the H200's 227 KB of shared memory a
+// block; on a GPU with less (sm_86 and sm_89: 99 KB) the decode row declines
+// and says why, so that another row serves the call instead of the launch
+// failing. The check itself takes the device's limit, so no GPU is needed.
+TEST(CudaDecodeSharedMemory, TilingsLargerThanTheDeviceAllowsAreDeclined) {
+  if (!detail::cuda::decode_bucket_compiled(128, 128)) GTEST_SKIP() << "bucket 128 not built";
+  Problem p;
+  p.batch = 1, p.heads_q = 8, p.heads_kv = 8, p.len_q = 1, p.len_k = 4096;
+  p.head_dim_qk = p.head_dim_v = 128, p.dtype = DType::BF16, p.device = {DeviceType::CUDA, 0};
+  const detail::Verdict small = detail::cuda::decode_fits_shared_memory(p, 101376, 86);
+  EXPECT_FALSE(small.ok);
+  EXPECT_EQ(small.reason,
+            "the decode kernel of bucket 128/128 (bf16) takes 109312 bytes of shared memory a "
+            "block; cuda:0 (sm_86) allows 101376");
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 232448, 90).ok);
+  p.v_aliases_k = true;  // a stage holds the K rows only
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376, 86).ok);
+  p.v_aliases_k = false;
+  p.dtype = DType::F32;  // the CUDA-core kernel: 73088 bytes
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376, 86).ok);
+}
+#endif
 
 }  // namespace
 }  // namespace fsdpa::test
