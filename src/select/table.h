@@ -40,6 +40,17 @@ inline Verdict dense_kv_only(const Problem& p) {
   return Verdict::yes();
 }
 
+// The decline of a GPU row whose block needs `needed` bytes of shared memory
+// where the problem's device allows `allowed` a block (its opt-in limit);
+// `kernel` names what needs them.
+inline Verdict fits_shared_memory(const std::string& kernel, size_t needed, size_t allowed,
+                                  const Problem& p) {
+  if (needed <= allowed) return Verdict::yes();
+  return Verdict::no(kernel + " needs " + std::to_string(needed) +
+                     " bytes of shared memory a block, device cuda:" +
+                     std::to_string(p.device.index) + " allows " + std::to_string(allowed));
+}
+
 struct KernelRow {
   const char* name;
   Backend backend;

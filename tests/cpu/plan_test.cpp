@@ -429,17 +429,17 @@ TEST(CudaDecodeSharedMemory, TilingsLargerThanTheDeviceAllowsAreDeclined) {
   Problem p;
   p.batch = 1, p.heads_q = 8, p.heads_kv = 8, p.len_q = 1, p.len_k = 4096;
   p.head_dim_qk = p.head_dim_v = 128, p.dtype = DType::BF16, p.device = {DeviceType::CUDA, 0};
-  const detail::Verdict small = detail::cuda::decode_fits_shared_memory(p, 101376, 86);
+  const detail::Verdict small = detail::cuda::decode_fits_shared_memory(p, 101376);  // sm_86
   EXPECT_FALSE(small.ok);
   EXPECT_EQ(small.reason,
-            "the decode kernel of bucket 128/128 (bf16) takes 109312 bytes of shared memory a "
-            "block; cuda:0 (sm_86) allows 101376");
-  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 232448, 90).ok);
+            "the decode kernel of bucket 128/128 (bf16) needs 109312 bytes of shared memory a "
+            "block, device cuda:0 allows 101376");
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 232448).ok);  // sm_90
   p.v_aliases_k = true;  // a stage holds the K rows only
-  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376, 86).ok);
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
   p.v_aliases_k = false;
   p.dtype = DType::F32;  // the CUDA-core kernel: 73088 bytes
-  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376, 86).ok);
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
 }
 #endif
 

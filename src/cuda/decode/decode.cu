@@ -158,16 +158,12 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
         "no compiled decode bucket covers head_dim_qk=" + std::to_string(p.head_dim_qk) +
         ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
         "; see FSDPA_HEAD_DIMS)");
-  if (has_device(p.device.index)) {
-    const DeviceInfo& info = device_info(p.device.index);
-    return decode_fits_shared_memory(p, info.shared_memory_per_block_optin,
-                                     info.compute_capability);
-  }
+  if (has_device(p.device.index))
+    return decode_fits_shared_memory(p, device_info(p.device.index).shared_memory_per_block_optin);
   return Verdict::yes();
 }
 
-Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_block,
-                                  int compute_capability) {
+Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_block) {
   const DecodeBucket* bucket = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (bucket == nullptr) return Verdict::no("no compiled decode bucket");
   // The tensor-core kernel for f16/bf16, the CUDA-core one for f32.
@@ -175,12 +171,10 @@ Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_bloc
       p.dtype == DType::F32
           ? decode_smem_layout(4, bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k).total
           : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k);
-  if (need <= shared_bytes_per_block) return Verdict::yes();
-  return Verdict::no("the decode kernel of bucket " + std::to_string(bucket->head_dim_qk) + "/" +
-                     std::to_string(bucket->head_dim_v) + " (" + to_string(p.dtype) + ") takes " +
-                     std::to_string(need) + " bytes of shared memory a block; cuda:" +
-                     std::to_string(p.device.index) + " (sm_" + std::to_string(compute_capability) +
-                     ") allows " + std::to_string(shared_bytes_per_block));
+  return fits_shared_memory("the decode kernel of bucket " + std::to_string(bucket->head_dim_qk) +
+                                "/" + std::to_string(bucket->head_dim_v) + " (" +
+                                to_string(p.dtype) + ")",
+                            need, shared_bytes_per_block, p);
 }
 
 void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid) {

@@ -10,12 +10,11 @@ Verdict decode_supports(const Problem& problem, const Options& options);
 // themselves need (the MLA kernel also serves long query runs).
 Verdict decode_kernel_supports(const Problem& problem, const Options& options);
 // Whether a block of the bucket's split kernel for the problem's dtype fits
-// `shared_bytes_per_block` (the device's opt-in limit; its compute
-// capability names it in the reason): the tilings are sized for the H200's
-// 227 KB, and GPUs with 99 KB (sm_86, sm_89) cannot launch most of them.
-// decode_kernel_supports asks it for the problem's device.
-Verdict decode_fits_shared_memory(const Problem& problem, size_t shared_bytes_per_block,
-                                  int compute_capability);
+// `shared_bytes_per_block` (the device's opt-in limit): the tilings are
+// sized for the H200's 227 KB, and GPUs with 99 KB (sm_86, sm_89) cannot
+// launch most of them. decode_kernel_supports asks it for the problem's
+// device.
+Verdict decode_fits_shared_memory(const Problem& problem, size_t shared_bytes_per_block);
 void decode_configure(const Problem& problem, Plan& plan);
 void decode_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 

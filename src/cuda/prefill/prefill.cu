@@ -117,13 +117,11 @@ Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
   return Verdict::yes();
 }
 
-Verdict fits_shared_memory(const Problem& p, const PrefillInstance& instance, size_t needed) {
-  const DeviceInfo& info = device_info(p.device.index);
-  if (needed <= info.shared_memory_per_block_optin) return Verdict::yes();
-  return Verdict::no("bucket " + str(instance.head_dim_qk_bucket) + "/" +
-                     str(instance.head_dim_v_bucket) + " needs " + str(needed) +
-                     " bytes of shared memory per block, device " + str(p.device.index) +
-                     " allows " + str(info.shared_memory_per_block_optin));
+Verdict instance_fits_shared_memory(const Problem& p, const PrefillInstance& instance,
+                                    size_t needed) {
+  return fits_shared_memory(
+      "bucket " + str(instance.head_dim_qk_bucket) + "/" + str(instance.head_dim_v_bucket), needed,
+      device_info(p.device.index).shared_memory_per_block_optin, p);
 }
 
 // The plan facts both 16-bit rows share; the tile is the row's own. The pad
@@ -167,9 +165,10 @@ Verdict prefill_supports(const Problem& p, const Options&) {
                          " of device " + std::to_string(p.device.index) +
                          " is below the sm_80 that mma.sync prefill needs");
     const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-    return fits_shared_memory(p, *instance,
-                              static_cast<size_t>(prefill_shared_bytes(
-                                  instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2)));
+    return instance_fits_shared_memory(
+        p, *instance,
+        static_cast<size_t>(
+            prefill_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2)));
   }
   return Verdict::yes();
 }
@@ -203,9 +202,10 @@ Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
   if (has_device(p.device.index))
-    return fits_shared_memory(p, *instance,
-                              static_cast<size_t>(hopper_shared_bytes(
-                                  instance->head_dim_qk_bucket, instance->head_dim_v_bucket)));
+    return instance_fits_shared_memory(
+        p, *instance,
+        static_cast<size_t>(
+            hopper_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket)));
   return Verdict::yes();
 }
 

@@ -168,11 +168,10 @@ Verdict simt_f32_supports(const Problem& problem, const Options&) {
     const DeviceInfo& info = device_info(problem.device.index);
     const size_t needed = shared_bytes(static_cast<int>(problem.head_dim_qk),
                                        static_cast<int>(v_slice_columns(problem.head_dim_v)));
-    if (needed > info.shared_memory_per_block_optin)
-      return Verdict::no("f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
-                         ", head_dim_v=" + std::to_string(problem.head_dim_v) + " needs " +
-                         std::to_string(needed) + " bytes of shared memory, device allows " +
-                         std::to_string(info.shared_memory_per_block_optin));
+    return fits_shared_memory(
+        "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
+            ", head_dim_v=" + std::to_string(problem.head_dim_v),
+        needed, info.shared_memory_per_block_optin, problem);
   }
   return Verdict::yes();
 }
