@@ -207,13 +207,12 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     want = std::min(want, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit);
     if (hull < kDecodeMinKeysToSplit) want = 1;
     // A short range whose splits merge in a cluster (no combine kernel)
-    // splits from fewer keys, into as many as the cluster and the launch's
-    // grid bound (merges_in_cluster: one block per two SMs) take.
+    // splits from fewer keys, into as many as merge in one
+    // (merges_in_cluster's conditions).
     if (grid.cluster_merge && row_chunks == 1 && !p.has_seq_lens_k &&
         hull >= kDecodeMinKeysToMergeInCluster && hull <= kDecodeMaxKeysToMergeInCluster) {
-      const int64_t cluster_want =
-          std::min<int64_t>({kDecodeMaxClusterSplits, multiprocessors / (2 * base_blocks),
-                             hull / kDecodeMinKeysPerSplit});
+      const int64_t cluster_want = std::min(
+          decode_cluster_splits_limit(base_blocks, multiprocessors), hull / kDecodeMinKeysPerSplit);
       if (cluster_want >= 2) want = cluster_want;
     }
     want = std::clamp<int64_t>(want, 1, kDecodeMaxSplits);

@@ -40,6 +40,17 @@ inline constexpr int kDecodeMaxClusterSplits = 8;
 inline constexpr int kDecodeMinKeysToMergeInCluster = 256;
 inline constexpr int kDecodeMaxKeysToMergeInCluster = 512;
 
+// The most splits of a row chunk that merge in one cluster when each split
+// has `base_blocks` blocks (batch x kv heads x row chunks) on
+// `multiprocessors` SMs: at most kDecodeMaxClusterSplits, and a grid of at
+// most one block per two SMs (in larger grids a cluster's blocks wait for
+// room in one GPC together, and the merge lost to the combine kernel:
+// bench/NOTES.md, session 17). The launch's gate and the planner both ask it.
+constexpr int64_t decode_cluster_splits_limit(int64_t base_blocks, int multiprocessors) {
+  const int64_t fit = base_blocks > 0 ? multiprocessors / (2 * base_blocks) : 0;
+  return fit < kDecodeMaxClusterSplits ? fit : kDecodeMaxClusterSplits;
+}
+
 // ------------------------------------------------------------ CUDA cores
 // The split kernel for f32 (decode_kernel.cuh): warps are key streams with
 // their own cp.async buffers; lanes split a key's dot product and Dv.

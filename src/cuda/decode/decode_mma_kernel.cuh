@@ -342,17 +342,14 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
 }
 
 // Whether the splits of each row chunk merge in one cluster: an sm_90 binary,
-// 2..kDecodeMaxClusterSplits splits, one row chunk per kv head (its splits
-// are then adjacent blocks), every split a block (no per-sequence lengths,
-// whose splits past a sequence's end return at once), and a grid of at most
-// one block per two multiprocessors: there the merge beat the combine kernel
-// in every measured case, while in larger grids a cluster's blocks wait for
-// room in one GPC together and share multiprocessors, and it lost
-// (bench/NOTES.md, session 17; bench/results/h200-decode-splits*.md).
+// 2..decode_cluster_splits_limit splits, one row chunk per kv head (its
+// splits are then adjacent blocks) and every split a block (no per-sequence
+// lengths, whose splits past a sequence's end return at once).
 inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int multiprocessors) {
-  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
-  return binary_version >= 90 && p.num_splits > 1 && p.num_splits <= kDecodeMaxClusterSplits &&
-         p.row_chunks == 1 && p.kv.seq_lens_k == nullptr && 2 * blocks <= multiprocessors;
+  return binary_version >= 90 && p.num_splits > 1 && p.row_chunks == 1 &&
+         p.kv.seq_lens_k == nullptr &&
+         p.num_splits <= decode_cluster_splits_limit(int64_t(p.batch) * p.heads_kv * p.row_chunks,
+                                                     multiprocessors);
 }
 
 template <typename T, int DQK, int DV>
