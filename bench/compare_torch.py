@@ -265,6 +265,9 @@ def main():
                     help="the soft cap row alone (with and without the cap)")
     ap.add_argument("--large", action="store_true",
                     help="the head dims above 256 and the soft cap instead of the main table")
+    ap.add_argument("--unaligned-only", action="store_true",
+                    help="the rows that are not 16-byte aligned (D=59, 76, 90, 100, causal and "
+                         "not) beside the same buckets' padded rows")
     ap.add_argument("--fsdpa-only", action="store_true",
                     help="fsdpa fused alone (A/B of two libraries, one run each)")
     ap.add_argument("--skip-backends", default="",
@@ -310,6 +313,10 @@ def main():
         for d in (59, 76, 90, 100):
             shapes += [((4, 16, 16, 4096, 4096, d, d), True, {}),
                        ((4, 16, 16, 4096, 4096, d, d), True, {"pad_rows": True})]
+    if args.unaligned_only:
+        shapes = [((4, 16, 16, 4096, 4096, d, d), causal, extra)
+                  for causal in (True, False) for d in (59, 76, 90, 100)
+                  for extra in ({}, {"pad_rows": True})]
     if args.only_dqk:
         keep = {int(d) for d in args.only_dqk.split(",")}
         shapes = [row for row in shapes if row[0][5] in keep]

@@ -27,7 +27,8 @@
 #                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
-# memcheck/racecheck on a small prefill grid and compare_torch.py --quick.
+# memcheck/racecheck on a small prefill grid (PREFILL_SANITIZE_FILTER
+# replaces its filter) and compare_torch.py --quick (or BENCH_ARGS).
 # `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
@@ -233,7 +234,7 @@ if [ "$STAGES" = prefill ]; then
   rm -f "$OUT"/prefill_shard_*.txt
   say "prefill gpu tests: $(($(date +%s) - t0)) s"
   report_tests
-  sanitize_small gpu_test_prefill '*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*' 60 prefill
+  sanitize_small gpu_test_prefill "${PREFILL_SANITIZE_FILTER:-*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*}" 90 prefill
   mkdir -p "$OUT/bench"
   t0=$(date +%s)
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \

@@ -263,6 +263,15 @@ void check_kv_index(const Tensors& t, const Problem& p) {
 
 }  // namespace
 
+int64_t extent_bytes(const TensorView& t) {
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] == 0) return 0;
+    last += (t.sizes[d] - 1) * t.strides[d];
+  }
+  return (last + 1) * static_cast<int64_t>(element_size(t.dtype));
+}
+
 int row_alignment(const TensorView& t) {
   if (t.strides[3] != 1 && t.sizes[3] > 1) return 0;
   const uint64_t bytes = element_size(t.dtype);

@@ -27,6 +27,10 @@ inline constexpr int64_t kMaxSpanBytes = int64_t{1} << 52;
 // negative sizes, heads that do not divide, or tensors past kMaxSpanBytes.
 void check_problem(const Problem& problem);
 
+// The bytes from a view's first element to the end of its last (0 for a view
+// with no element): check_span bounds it. Strides are non-negative.
+int64_t extent_bytes(const TensorView& t);
+
 // Problem::row_alignment of one view: the largest of 16, 8, 4, 2, 1 bytes that
 // divides its base address and its batch, head and row strides in bytes
 // (sizes of 1 impose nothing), or 0 when its last dimension has a stride

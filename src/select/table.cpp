@@ -38,8 +38,9 @@ const KernelRow kTable[] = {
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
      "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "
-     "rows 16-byte aligned (TMA), sm_90 only: tiled online softmax on wgmma tensor cores "
-     "(warpgroup MMAs from 128-byte-swizzled shared memory)"},
+     "sm_90 only: tiled online softmax on wgmma tensor cores (warpgroup MMAs from "
+     "128-byte-swizzled shared memory); rows through TMA where 16-byte aligned, else staged "
+     "by row bulk copies (any alignment, buckets up to 176) or cp.async pieces (4-byte rows)"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
      "bf16/f16, every Dqk <= 576, Dv <= 512 (buckets of 16 to 256, 96/64, 192/128; above 256 "

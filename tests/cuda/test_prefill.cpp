@@ -262,14 +262,17 @@ std::vector<Case> awkward_cases() {
     // The narrow load stage under every masking rule: tails of the query and
     // key tiles, top-left and bottom-right causal, a window with sinks, an
     // additive mask with the soft cap, a boolean mask with empty rows, Lq >
-    // Lk, GQA, column slices (300/300: 600-byte rows).
+    // Lk, GQA, column slices (300/300: 600-byte rows). The buckets up to 176
+    // take the staged load stage, 204 (408-byte rows, bucket 208) and 300
+    // the cp.async pieces.
     struct Narrow {
       int64_t d, len_q, len_k;
       DType dtype;
     };
     const Narrow narrow[] = {{90, 200, 388, DType::BF16},  {76, 130, 258, DType::F16},
                              {100, 256, 512, DType::BF16}, {90, 300, 100, DType::F16},
-                             {300, 130, 260, DType::BF16}, {90, 128, 1000, DType::BF16}};
+                             {300, 130, 260, DType::BF16}, {90, 128, 1000, DType::BF16},
+                             {204, 150, 300, DType::F16}};
     int n = 0;
     for (const Narrow& x : narrow) {
       Case c;
@@ -529,24 +532,35 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
   EXPECT_EQ(plan(p, forced()).kernel, "cuda_fused_decode_mla");
 }
 
-// Rows aligned below 16 bytes run fused: on sm_90 the wgmma row down to 4
-// bytes (cp.async pieces instead of TMA), the mma.sync row below that (and
-// everywhere on other GPUs); the wgmma row names its rule; a last dimension
-// without stride 1 runs unfused.
+// Rows aligned below 16 bytes run fused: on sm_90 the wgmma row (staged rows
+// where the bucket's staging fits, down to 2 bytes; cp.async pieces of at
+// least 4 bytes above), the mma.sync row for the rest (and everywhere on
+// other GPUs); the wgmma row names its rule; a last dimension without
+// stride 1 runs unfused.
 TEST(PrefillSelection, UnalignedRowsRunFusedAndNameTheConstraint) {
   const bool hopper = plan(problem_of(96, 96, 16), forced()).kernel == "cuda_fused_prefill_hopper";
   for (int alignment : {8, 4, 2}) {
     const Plan p = plan(problem_of(96, 96, alignment), forced());
     EXPECT_EQ(p.path, Path::FusedPrefill);
-    EXPECT_EQ(p.kernel,
+    EXPECT_EQ(p.kernel, hopper ? "cuda_fused_prefill_hopper" : "cuda_fused_prefill") << alignment;
+    // The staged stage's consumers keep fewer registers: 112 keys at 96.
+    if (hopper) {
+      EXPECT_EQ(p.tile_k, 112) << alignment;
+    }
+    const Plan wide = plan(problem_of(256, 256, alignment), forced());
+    EXPECT_EQ(wide.kernel,
               hopper && alignment >= 4 ? "cuda_fused_prefill_hopper" : "cuda_fused_prefill")
         << alignment;
   }
+  if (hopper) {
+    EXPECT_EQ(plan(problem_of(96, 96, 16), forced()).tile_k, 128);
+  }
   for (const detail::KernelRow& row : detail::selection_table()) {
     if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
-    const std::string reason = row.supports(problem_of(96, 96, 2), forced()).reason;
-    EXPECT_NE(reason.find("rows are 2-byte aligned; the wgmma kernel copies rows in pieces of "
-                          "at least 4 bytes"),
+    EXPECT_TRUE(row.supports(problem_of(90, 90, 2), forced()).ok);
+    const std::string reason = row.supports(problem_of(256, 256, 2), forced()).reason;
+    EXPECT_NE(reason.find("rows are 2-byte aligned; bucket 256/256 copies them only through "
+                          "staging buffers, and its tiles and staging need "),
               std::string::npos)
         << reason;
   }

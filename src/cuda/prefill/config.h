@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/staged_copy.h"
+
 namespace fsdpa::detail::cuda {
 
 struct PrefillTile {
@@ -92,21 +94,38 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
 
 // The wgmma kernel (sm_90a, hopper_kernel.cuh): a producer warpgroup and 2
 // consumer warpgroups of 64 query rows each per block; K and V tiles of
-// hopper_tile_k keys, each in a ring of 2 stages. The block launches with
-// 168 registers a thread (65536 / 384); the producer gives all but 24 back
-// and the consumers take 240, which is exactly what the producer freed.
+// hopper_tile_k keys, each in a ring of 2 stages.
 constexpr int kHopperWarpgroups = 2;  // consumers
 constexpr int kHopperThreads = (kHopperWarpgroups + 1) * 128;
 constexpr int kHopperTileQ = kHopperWarpgroups * 64;
 constexpr int kHopperStages = 2;
-// The load stage by row alignment (PrefillParams::copy_bytes): TMA boxes for
-// 16 bytes, cp.async pieces of 8 or 4 bytes below, nothing narrower.
-constexpr int kHopperMinRowAlignment = 4;
-constexpr bool hopper_tma_rows(int copy_bytes) { return copy_bytes >= 16; }
-constexpr int kHopperProducerRegisters = 24;
-constexpr int kHopperConsumerRegisters = 240;
-static_assert(kHopperProducerRegisters * 128 + kHopperConsumerRegisters * kHopperWarpgroups * 128 <=
-                  65536 / kHopperThreads / 8 * 8 * kHopperThreads,
+// The load stages (hopper_kernel.cuh's producer), chosen per launch by row
+// alignment (PrefillParams::copy_bytes) and bucket: TMA boxes for 16-byte
+// rows; below that a bulk copy of each row into a staging buffer and a
+// shift into the swizzle (cuda/common/staged_copy.cuh) where the buckets'
+// tiles and the staging fit shared memory, else cp.async pieces of 8 or 4
+// bytes (nothing narrower).
+// None: no stage copies such rows (2-byte rows of a bucket whose staging
+// does not fit).
+enum class HopperLoad : int { Tma, Staged, Pieces, None };
+// Registers a thread of the producer and of the consumer warpgroups keep
+// (setmaxnreg). The block launches with 168 a thread (65536 / 384); the
+// producer gives back what the consumers take. Its TMA and cp.async pieces
+// need 24; the staged stage moves rows through registers and keeps 40, so
+// its consumers keep 232 and take shorter key tiles where 240 were needed
+// (hopper_tile_k).
+constexpr int hopper_producer_registers(HopperLoad load) {
+  return load == HopperLoad::Staged ? 40 : 24;
+}
+constexpr int hopper_consumer_registers(HopperLoad load) {
+  return load == HopperLoad::Staged ? 232 : 240;
+}
+static_assert(hopper_producer_registers(HopperLoad::Tma) * 128 +
+                          hopper_consumer_registers(HopperLoad::Tma) * kHopperWarpgroups * 128 <=
+                      65536 / kHopperThreads / 8 * 8 * kHopperThreads &&
+                  hopper_producer_registers(HopperLoad::Staged) * 128 +
+                          hopper_consumer_registers(HopperLoad::Staged) * kHopperWarpgroups * 128 <=
+                      65536 / kHopperThreads / 8 * 8 * kHopperThreads,
               "the consumers take no more registers than the launch gave the block");
 
 // Bytes of one operand tile as TMA writes it in the 128-byte swizzle: one
@@ -125,19 +144,22 @@ constexpr int hopper_tile_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, i
 }
 
 // Keys per stage: the N of S = Q K^T, the K of O += P V. The longest key tile
-// the consumers' 240 registers and shared memory (227 KB) allow: fewer
-// barrier waits and longer wgmma N per key. Registers per consumer thread:
-// O is Dv / 2, S tile_k / 2 (f32), P of the previous tile tile_k / 4 (live
-// while the softmax runs). ptxas -v (sm_90a): 128 keys spill from Dv = 112
-// on, 112 keys fit Dv = 128, 96 keys 176, 64 keys 256.
+// the consumers' registers and shared memory (227 KB) allow: fewer barrier
+// waits and longer wgmma N per key. Registers per consumer thread: O is
+// Dv / 2, S tile_k / 2 (f32), P of the previous tile tile_k / 4 (live while
+// the softmax runs). ptxas -v (sm_90a): at 240 registers 128 keys spill from
+// Dv = 112 on, 112 keys fit Dv = 128, 96 keys 176, 64 keys 256; at 232 (the
+// staged stage) 128 keys spill at Dv = 96 and 112 keys at 128.
 // Above 256 (Dv a column slice) the Q tile grows to 80-128 KB and the key
 // tile shrinks to what fits: 64 at 288/320, 32 from 384 to 512 (not yet
 // tuned); 576/256 fits no key tile (hopper_fits).
-constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket) {
-  const int preferred = head_dim_v_bucket <= 96    ? 128
-                        : head_dim_v_bucket <= 128 ? 112
-                        : head_dim_v_bucket <= 176 ? 96
-                                                   : 64;
+constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket,
+                            HopperLoad load = HopperLoad::Tma) {
+  const bool staged = load == HopperLoad::Staged;
+  const int preferred = head_dim_v_bucket <= (staged ? 80 : 96)     ? 128
+                        : head_dim_v_bucket <= (staged ? 112 : 128) ? 112
+                        : head_dim_v_bucket <= 176                  ? 96
+                                                                    : 64;
   constexpr int kTileKs[] = {128, 112, 96, 64, 32};
   for (int tile_k : kTileKs)
     if (tile_k <= preferred &&
@@ -146,9 +168,32 @@ constexpr int hopper_tile_k(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return 32;
 }
 
-constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
+// The staged load stage's shared memory beyond the tiles: two staging
+// buffers (a use each: Q, then the K and V tiles in turn) of 128 rows (Q's
+// tile; key tiles are no longer) at staged_row_pitch of the wider bucket,
+// their two barriers, and 16 bytes to align them after the others.
+constexpr int hopper_staging_bytes(int head_dim_qk_bucket, int head_dim_v_bucket) {
+  return 2 * kHopperTileQ * staged_row_pitch(max_bucket(head_dim_qk_bucket, head_dim_v_bucket)) +
+         16 + 16;
+}
+
+constexpr int hopper_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket,
+                                  HopperLoad load = HopperLoad::Tma) {
   return hopper_tile_bytes(head_dim_qk_bucket, head_dim_v_bucket,
-                           hopper_tile_k(head_dim_qk_bucket, head_dim_v_bucket));
+                           hopper_tile_k(head_dim_qk_bucket, head_dim_v_bucket, load)) +
+         (load == HopperLoad::Staged ? hopper_staging_bytes(head_dim_qk_bucket, head_dim_v_bucket)
+                                     : 0);
+}
+
+// The load stage of one launch: rows aligned to `copy_bytes` (16, 8, 4 or 2)
+// of a bucket pair.
+constexpr HopperLoad hopper_load(int copy_bytes, int head_dim_qk_bucket, int head_dim_v_bucket) {
+  if (copy_bytes >= 16) return HopperLoad::Tma;
+  if (copy_bytes >= 2 && hopper_shared_bytes(head_dim_qk_bucket, head_dim_v_bucket,
+                                             HopperLoad::Staged) <= kSm90SharedBytes)
+    return HopperLoad::Staged;
+  if (copy_bytes >= 4) return HopperLoad::Pieces;
+  return HopperLoad::None;
 }
 
 // Whether the wgmma kernel's tiles fit a pair (src/cuda/generate_instances.py builds

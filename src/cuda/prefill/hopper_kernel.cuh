@@ -3,8 +3,10 @@
 // warp-specialized block. Warpgroup 0 is the producer: one of its threads
 // issues every copy through the tensor memory accelerator (TMA), into rings
 // of K and V stages (cuda/common/pipeline.cuh); where rows are not 16-byte
-// aligned (TMA's rule), all of its threads copy with cp.async pieces into
-// the same layout instead. It hands most of its registers to the consumers,
+// aligned (TMA's rule), all of its threads fill the same layout instead,
+// each staging one row per tile with a bulk copy and shifting it into place
+// (cuda/common/staged_copy.cuh), or, where the staging buffers do not fit
+// (buckets above 176), with cp.async pieces. It hands most of its registers to the consumers,
 // warpgroups 1 and 2, which own 64 query rows each of one (batch, head); Q
 // stays in shared memory. All tiles are in the 128-byte swizzle that wgmma
 // reads. S = Q K^T takes both operands from shared memory (K-major);
@@ -27,6 +29,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/pipeline.cuh"
+#include "cuda/common/staged_copy.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
@@ -44,13 +47,17 @@ struct PrefillMaps {
 };
 
 // kSoftCap: the instance for calls with a soft cap (kernel.cuh says why).
-template <int kDqk, int kDv, typename T, bool kSoftCap>
+// kStaged: the instance for the staged load stage, whose producer keeps more
+// registers (config.h); the other one takes TMA or cp.async pieces, as
+// PrefillParams::hopper_load says.
+template <int kDqk, int kDv, typename T, bool kSoftCap, bool kStaged>
 __global__ void __launch_bounds__(kHopperThreads, 1)
     prefill_hopper_kernel(const PrefillParams p, const __grid_constant__ PrefillMaps maps) {
 #if FSDPA_WGMMA_ARCH
   using namespace prefill_impl;
   constexpr int kTileQ = kHopperTileQ;
-  constexpr int kTileK = hopper_tile_k(kDqk, kDv);
+  constexpr HopperLoad kTiles = kStaged ? HopperLoad::Staged : HopperLoad::Tma;  // of the tiles
+  constexpr int kTileK = hopper_tile_k(kDqk, kDv, kTiles);
   constexpr int kStages = kHopperStages;
   constexpr int kKeyTiles = kTileK / 8;  // 8-column tiles of S
   constexpr int kDvTiles = kDv / 8;      // 8-column tiles of O
@@ -72,15 +79,25 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;  // 0: the producer
 
-  // The load stage: TMA boxes where every row start is 16-byte aligned (one
-  // thread issues them), else cp.async pieces of 8 or 4 bytes by the whole
-  // producer warpgroup (tensor maps need 16-byte rows).
-  const bool tma = hopper_tma_rows(p.copy_bytes);
+  // The load stage (config.h's hopper_load, chosen by the launch): TMA boxes
+  // where every row start is 16-byte aligned (one thread issues them), else
+  // the whole producer warpgroup stages rows or copies cp.async pieces.
+  const HopperLoad load = kStaged ? HopperLoad::Staged : static_cast<HopperLoad>(p.hopper_load);
+  const bool tma = load == HopperLoad::Tma;
   const uint32_t producer_arrivals = tma ? 1u : 128u;
+  // The staged stage's two staging buffers and their barriers (after the
+  // rings' barriers; the launch sized shared memory for them).
+  const uint32_t staging_barriers = (q_barrier + 8 + 2 * Ring::kBarrierBytes + 15u) & ~15u;
+  const uint32_t staging = staging_barriers + 16;
+  constexpr uint32_t kStagingPitch = staged_row_pitch(kDqk > kDv ? kDqk : kDv);
   if (threadIdx.x == 0) {
     barrier_init(q_barrier, producer_arrivals);
     k_ring.init(producer_arrivals, kConsumerThreads);
     v_ring.init(producer_arrivals, kConsumerThreads);
+    if (load == HopperLoad::Staged) {
+      barrier_init(staging_barriers, 128);
+      barrier_init(staging_barriers + 8, 128);
+    }
     barrier_init_fence();
   }
   __syncthreads();
@@ -88,7 +105,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   // Each role works out the block's rows and key tiles itself, after its
   // register change.
   if (warpgroup == 0) {
-    registers_decrease<kHopperProducerRegisters>();
+    registers_decrease<hopper_producer_registers(kTiles)>();
     const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
     const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
     const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
@@ -114,6 +131,101 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
              kDqk, kTileK, key0, kv_head, 0);
         load(maps.v, shared_v + Ring::stage(tile) * kVBytes, v_ring.producer_acquire(tile), kVBytes,
              kDv, kTileK, key0, kv_head, v_column0);
+      }
+    } else if constexpr (kStaged) {
+      // Q, then each K and V tile through staging buffer 0 (Q, the V tiles)
+      // or 1 (the K tiles), each copy issued one use ahead of moving its rows
+      // into place (thread t moves row t); then every thread arrives on the
+      // use's barrier. A use is staged packed (one copy, by thread 0) where
+      // its operand's rows are contiguous (PrefillParams::staged_packed),
+      // else a copy per row. Indices and offsets are worked out anew for
+      // each use (fresh_*, opaque_int): hoisted out of the loop, they held
+      // registers that the shift needs.
+      constexpr uint32_t kBufferBytes = 128 * kStagingPitch;
+      constexpr int kBytes = static_cast<int>(sizeof(T));
+      const MaskSemantics& sem = p.semantics;
+      const uint32_t buffer0 = staging, buffer1 = staging + kBufferBytes;
+      // Stages rows [row0, row0 + rows) of an operand (`first`: row 0 of
+      // its head, `stride` in elements, `packed` its bit) into `buffer`;
+      // returns what `staged_row_of` needs: packed, rows * 16 + the tile's
+      // offset; else this thread's row bytes * 16 + its offset.
+      auto stage = [&](uint32_t buffer, uint32_t barrier, const char* first, int64_t stride,
+                       int row0, int rows, int row_bytes, const char* limit, bool packed) {
+        const int t = fresh_thread_index() % 128;
+        const char* start = first + kBytes * (row0 + (packed ? 0 : t)) * stride;
+        if (packed) {
+          // Every thread is done reading the buffer's last use.
+          fence_proxy_async_shared();
+          named_barrier_sync(3, 128);
+          const int offset =
+              stage_span(buffer, t == 0 ? start : nullptr, rows * row_bytes, limit, barrier);
+          return rows * 16 +
+                 (t == 0 ? offset : static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15));
+        }
+        const bool mine = t < rows;
+        const int offset = stage_span(buffer + static_cast<uint32_t>(t) * kStagingPitch,
+                                      mine ? start : nullptr, row_bytes, limit, barrier);
+        return (mine ? row_bytes * 16 : 0) + offset;
+      };
+      auto staged_row_of = [&](uint32_t buffer, int staged, int row_bytes, bool packed) {
+        const int t = fresh_thread_index() % 128;
+        if (packed) return packed_row(buffer, staged & 15, staged >> 4, row_bytes, t);
+        return StagedRow{buffer + static_cast<uint32_t>(t) * kStagingPitch, staged & 15,
+                         staged >> 4};
+      };
+      auto key_rows = [&](int tile) {
+        return max(0, min(kTileK, static_cast<int>(sem.len_k) - (tile_begin + tile) * kTileK));
+      };
+      auto stage_k = [&](int tile) {
+        const int64_t b = fresh_block_index_z(), h = opaque_int(kv_head);
+        return stage(
+            buffer1, staging_barriers + 8,
+            static_cast<const char*>(p.k) + kBytes * (b * p.k_strides[0] + h * p.k_strides[1]),
+            p.k_strides[2], (tile_begin + tile) * kTileK, key_rows(tile), kBytes * p.head_dim_qk,
+            p.k_end, (p.staged_packed & 2) != 0);
+      };
+      auto stage_v = [&](int tile) {
+        const int64_t b = fresh_block_index_z(), h = opaque_int(kv_head);
+        const int column0 = v_slice(p).column0;
+        return stage(buffer0, staging_barriers,
+                     static_cast<const char*>(p.v) +
+                         kBytes * (b * p.v_strides[0] + h * p.v_strides[1] + column0),
+                     p.v_strides[2], (tile_begin + tile) * kTileK, key_rows(tile),
+                     kBytes * (p.head_dim_v - column0), p.v_end, (p.staged_packed & 4) != 0);
+      };
+      const int q_staged = stage(
+          buffer0, staging_barriers,
+          static_cast<const char*>(p.q) + kBytes * (batch * p.q_strides[0] + head * p.q_strides[1]),
+          p.q_strides[2], q0, max(0, min(kTileQ, static_cast<int>(sem.len_q) - q0)),
+          kBytes * p.head_dim_qk, p.q_end, (p.staged_packed & 1) != 0);
+      int k_staged = num_tiles > 0 ? stage_k(0) : 0;
+      barrier_wait(staging_barriers, 0);
+      unstage_row_swizzle128<kTileQ, kDqk>(
+          shared_q,
+          staged_row_of(buffer0, q_staged, kBytes * p.head_dim_qk, (p.staged_packed & 1) != 0),
+          fresh_thread_index() % 128);
+      barrier_arrive(q_barrier);
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int v_staged = stage_v(tile);
+        const int t = fresh_thread_index() % 128;
+        barrier_wait(staging_barriers + 8, static_cast<uint32_t>(tile) & 1u);
+        const uint32_t k_full = k_ring.producer_acquire(tile);
+        if (t < kTileK)
+          unstage_row_swizzle128<kTileK, kDqk>(
+              shared_k + Ring::stage(tile) * kKBytes,
+              staged_row_of(buffer1, k_staged, kBytes * p.head_dim_qk, (p.staged_packed & 2) != 0),
+              t);
+        barrier_arrive(k_full);
+        if (tile + 1 < num_tiles) k_staged = stage_k(tile + 1);
+        barrier_wait(staging_barriers, static_cast<uint32_t>(tile + 1) & 1u);
+        const uint32_t v_full = v_ring.producer_acquire(tile);
+        if (t < kTileK)
+          unstage_row_swizzle128<kTileK, kDv>(
+              shared_v + Ring::stage(tile) * kVBytes,
+              staged_row_of(buffer0, v_staged, kBytes * (p.head_dim_v - v_slice(p).column0),
+                            (p.staged_packed & 4) != 0),
+              t);
+        barrier_arrive(v_full);
       }
     } else {
       // 8- or 4-byte pieces by all 128 threads, each arriving once per use.
@@ -149,7 +261,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     }
     return;
   }
-  registers_increase<kHopperConsumerRegisters>();
+  registers_increase<hopper_consumer_registers(kTiles)>();
   const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
   const int head = block.head, batch = block.batch, q0 = block.q0;
   const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
@@ -280,21 +392,35 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
 // (bucket, dtype) kernel.
 template <int kDqk, int kDv, typename T>
 void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
-  constexpr int kSharedBytes = hopper_shared_bytes(kDqk, kDv);
-  const auto kernel_function = params.semantics.softcap > 0.0f
-                                   ? &prefill_hopper_kernel<kDqk, kDv, T, true>
-                                   : &prefill_hopper_kernel<kDqk, kDv, T, false>;
+  const HopperLoad load = hopper_load(params.copy_bytes, kDqk, kDv);
+  if (load == HopperLoad::None)
+    throw Error("fsdpa: internal: cuda_fused_prefill_hopper launched for " +
+                std::to_string(params.copy_bytes) + "-byte rows of bucket " + std::to_string(kDqk) +
+                "/" + std::to_string(kDv) + ", which no load stage copies");
+  const int shared_bytes = hopper_shared_bytes(kDqk, kDv, load);
+  const bool softcap = params.semantics.softcap > 0.0f;
+  auto kernel_function = softcap ? &prefill_hopper_kernel<kDqk, kDv, T, true, false>
+                                 : &prefill_hopper_kernel<kDqk, kDv, T, false, false>;
+  // The staged instances exist for the pairs whose staging fits.
+  if constexpr (hopper_shared_bytes(kDqk, kDv, HopperLoad::Staged) <= kSm90SharedBytes)
+    if (load == HopperLoad::Staged)
+      kernel_function = softcap ? &prefill_hopper_kernel<kDqk, kDv, T, true, true>
+                                : &prefill_hopper_kernel<kDqk, kDv, T, false, true>;
   const void* kernel = reinterpret_cast<const void*>(kernel_function);
-  prepare_launch(kernel, kHopperThreads, kSharedBytes, "cuda_fused_prefill_hopper");
+  prepare_launch(kernel, kHopperThreads, static_cast<size_t>(shared_bytes),
+                 "cuda_fused_prefill_hopper");
   const int64_t heads_kv = params.heads_q / params.kv_group_size;
   const MaskSemantics& sem = params.semantics;
-  // Tensor maps only for 16-byte-aligned rows; the narrow load stage reads
-  // the pointers and strides of the parameters instead.
-  if (params.copy_bytes != 16 && params.copy_bytes != 8 && params.copy_bytes != 4)
-    throw Error("fsdpa: internal: cuda_fused_prefill_hopper launched for " +
-                std::to_string(params.copy_bytes) + "-byte rows (it copies 16, 8 or 4)");
+  PrefillParams launched = params;
+  launched.hopper_load = static_cast<int>(load);
+  launched.staged_packed =
+      (params.q_strides[2] == params.head_dim_qk ? 1 : 0) |
+      (params.k_strides[2] == params.head_dim_qk ? 2 : 0) |
+      (params.v_strides[2] == params.head_dim_v && params.v_slice_shift == 0 ? 4 : 0);
+  // Tensor maps only for the TMA stage; the others read the pointers and
+  // strides of the parameters.
   PrefillMaps maps{};
-  if (hopper_tma_rows(params.copy_bytes))
+  if (load == HopperLoad::Tma)
     maps = {make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q,
                                 params.head_dim_qk, params.q_strides, kHopperTileQ),
             make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,
@@ -304,7 +430,7 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
   const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
   const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  kernel_function<<<grid, kHopperThreads, kSharedBytes, stream>>>(params, maps);
+  kernel_function<<<grid, kHopperThreads, shared_bytes, stream>>>(launched, maps);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -38,6 +38,17 @@ struct PrefillParams {
   // (Problem::row_alignment of these tensors: 16, 8, 4 or 2 bytes): the
   // mma.sync kernel's copies and stores narrow to it.
   int copy_bytes = 16;
+  // The first byte past each of q, k and v (their last element's end): the
+  // wgmma kernel's staged load stage copies the 16-byte blocks that cover a
+  // row and reads no block past these.
+  const char* q_end = nullptr;
+  const char* k_end = nullptr;
+  const char* v_end = nullptr;
+  // The wgmma kernel's load stage (HopperLoad, config.h), set by its launch,
+  // and for the staged one which operands' rows are contiguous (each tile
+  // one bulk copy): bit 0 q, 1 k, 2 v.
+  int hopper_load = 0;
+  int staged_packed = 0;
   float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
   MaskSemantics semantics;
 };

@@ -183,37 +183,41 @@ void prefill_configure(const Problem& p, Plan& plan) {
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "wgmma"); !common.ok) return common;
-  if (p.row_alignment < kHopperMinRowAlignment)
-    return Verdict::no("rows are " + str(p.row_alignment) +
-                       "-byte aligned; the wgmma kernel copies rows in pieces of at least " +
-                       str(kHopperMinRowAlignment) +
-                       " bytes (base pointer and every batch, head and row stride of q, k, v and "
-                       "out a multiple of 4 bytes)");
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-  if (!hopper_fits(instance->head_dim_qk_bucket, instance->head_dim_v_bucket))
-    return Verdict::no(
-        "bucket " + str(instance->head_dim_qk_bucket) + "/" + str(instance->head_dim_v_bucket) +
-        ": the wgmma kernel's 128-row Q tile and two K/V stages need " +
-        str(hopper_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket)) +
-        " bytes of shared memory, sm_90 has " + str(kSm90SharedBytes));
+  const int qk = instance->head_dim_qk_bucket, dv = instance->head_dim_v_bucket;
+  if (!hopper_fits(qk, dv))
+    return Verdict::no("bucket " + str(qk) + "/" + str(dv) +
+                       ": the wgmma kernel's 128-row Q tile and two K/V stages need " +
+                       str(hopper_shared_bytes(qk, dv)) + " bytes of shared memory, sm_90 has " +
+                       str(kSm90SharedBytes));
+  const HopperLoad load = hopper_load(static_cast<int>(p.row_alignment), qk, dv);
+  if (load == HopperLoad::None)
+    return Verdict::no("rows are " + str(p.row_alignment) + "-byte aligned; bucket " + str(qk) +
+                       "/" + str(dv) + " copies them only through staging buffers, and its " +
+                       "tiles and staging need " +
+                       str(hopper_shared_bytes(qk, dv, HopperLoad::Staged)) +
+                       " bytes of shared memory, sm_90 has " + str(kSm90SharedBytes) +
+                       " (its cp.async pieces need base pointer and every batch, head and row " +
+                       "stride of q, k, v and out a multiple of 4 bytes)");
   if (instance->hopper_bf16 == nullptr)
     return Verdict::no(std::string("the wgmma kernel is not built: FSDPA_CUDA_ARCHS=") +
                        FSDPA_CUDA_ARCHS_STRING + " has no 90a");
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
   if (has_device(p.device.index))
-    return instance_fits_shared_memory(
-        p, *instance,
-        static_cast<size_t>(
-            hopper_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket)));
+    return instance_fits_shared_memory(p, *instance,
+                                       static_cast<size_t>(hopper_shared_bytes(qk, dv, load)));
   return Verdict::yes();
 }
 
 void prefill_hopper_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
+  const int qk = instance->head_dim_qk_bucket, dv = instance->head_dim_v_bucket;
+  // The key tile of the load stage the planned alignment takes (tensors
+  // aligned better at run time may take TMA and its tile).
   configure_16bit(p, plan, kHopperTileQ,
-                  hopper_tile_k(instance->head_dim_qk_bucket, instance->head_dim_v_bucket),
+                  hopper_tile_k(qk, dv, hopper_load(static_cast<int>(p.row_alignment), qk, dv)),
                   &PrefillInstance::hopper_bf16, &PrefillInstance::hopper_f16);
 }
 
@@ -242,6 +246,9 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   // The widest copy every row start allows (the mma.sync and f32 kernels
   // take any; the wgmma row was chosen only for 16).
   params.copy_bytes = row_alignment(t);
+  params.q_end = static_cast<const char*>(t.q.data) + extent_bytes(t.q);
+  params.k_end = static_cast<const char*>(t.k.data) + extent_bytes(t.k);
+  params.v_end = static_cast<const char*>(t.v.data) + extent_bytes(t.v);
   params.v_slice_shift = 0;
   while ((int64_t{1} << params.v_slice_shift) < plan.num_v_slices) ++params.v_slice_shift;
   if ((int64_t{1} << params.v_slice_shift) != plan.num_v_slices)

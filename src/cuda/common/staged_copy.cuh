@@ -1,0 +1,179 @@
+// The staged load stage (sm_90): rows of 16-bit elements that start anywhere
+// on the 2-byte grid, into the 128-byte swizzle that wgmma reads, through
+// bulk copies into a staging buffer and one shared-to-shared pass.
+//
+// TMA boxes and 16-byte cp.async need 16-byte aligned rows; below that the
+// copies narrow to 8- or 4-byte pieces, 4-16 of them per 16 bytes. Here the
+// bytes are instead copied by bulk copies (cp.async.bulk: 16-byte aligned
+// source, destination and size) of the 16-byte aligned blocks that cover
+// them: one copy for a tile whose rows are contiguous in memory ("packed":
+// a contiguous operand's rows, at any width), else one per row, each into
+// its own staging row. Then thread r moves row r's 16-byte chunks, shifted
+// by the row start's offset within its 16-byte block, into their swizzled
+// places, zeroing what lies past the row. Its reads hit distinct banks
+// (packed: the rows' odd pitch in 4-byte words for odd widths; per row: an
+// odd number of 16-byte chunks a staging row) and its swizzled stores are
+// conflict-free (8 consecutive rows cover the 8 chunk positions).
+//
+// A covering copy can read up to 15 bytes before its first byte (never
+// outside the allocation: allocations start 16-byte aligned) and up to 15
+// after its last; past the tensor's last byte (`limit`) those bytes may not
+// exist, so that copy stops at the last 16-byte boundary and its thread
+// copies the rest element by element.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/staged_copy.h"
+#include "cuda/common/tma.cuh"
+
+namespace fsdpa::detail::cuda {
+
+__device__ __forceinline__ void bulk_copy_global_to_shared(uint32_t destination, const void* source,
+                                                           uint32_t bytes, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(destination),
+      "l"(source), "r"(bytes), "r"(barrier)
+      : "memory");
+}
+
+// Orders this thread's earlier generic-proxy accesses of shared memory
+// before its later async-proxy ones (a bulk copy into a staging row it read).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Stages `bytes` bytes from `start` (null or no bytes: nothing copied) at
+// the 16-byte block offset they have in memory, `start` % 16, of the staging
+// memory at `staged`: the bulk copy of their covering blocks (that ends at
+// or before `limit`, the first byte past the tensor; the rest by this
+// thread, element by element). Arrives once on `barrier` (initialized with
+// one arrival per staging thread) after its own stores, announcing the copy's
+// bytes. Returns start % 16.
+__device__ __forceinline__ int stage_span(uint32_t staged, const char* start, int bytes,
+                                          const char* limit, uint32_t barrier) {
+  if (bytes <= 0) start = nullptr;
+  const int offset = static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15);
+  const char* from = start - offset;
+  int copied = start == nullptr ? 0 : (offset + bytes + 15) & ~15;
+  if (start != nullptr && copied > limit - from) {
+    copied = (offset + bytes) & ~15;
+    for (int x = copied; x < offset + bytes; x += 2)  // the tensor's last bytes only
+      asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(staged + static_cast<uint32_t>(x)),
+                   "h"(*reinterpret_cast<const uint16_t*>(from + x)));
+  }
+  fence_proxy_async_shared();  // this thread's accesses of the staging memory's last use
+  barrier_expect_bytes(barrier, static_cast<uint32_t>(copied));
+  if (copied > 0) bulk_copy_global_to_shared(staged, from, static_cast<uint32_t>(copied), barrier);
+  return offset;
+}
+
+// Where thread r finds its staged row: the 16-byte aligned address its row
+// starts in, the row's offset there (0..14, even) and its real bytes (0: a
+// row of zeros).
+struct StagedRow {
+  uint32_t address;
+  int offset, bytes;
+};
+// A packed tile: `rows` rows of `row_bytes` from byte `offset` of `buffer` on.
+__device__ __forceinline__ StagedRow packed_row(uint32_t buffer, int offset, int rows,
+                                                int row_bytes, int r) {
+  const int at = offset + r * row_bytes;
+  return {buffer + static_cast<uint32_t>(at & ~15), at & 15, r < rows ? row_bytes : 0};
+}
+
+// The thread's index and the block's z index, read where they are used
+// (the compiler neither keeps nor hoists them).
+__device__ __forceinline__ int fresh_thread_index() {
+  int x;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(x));
+  return x;
+}
+__device__ __forceinline__ int fresh_block_index_z() {
+  int x;
+  asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(x));
+  return x;
+}
+
+// x, as a value the compiler cannot see through: what derives from it is
+// computed where it is used, not hoisted out of a loop into registers.
+__device__ __forceinline__ int opaque_int(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+__device__ __forceinline__ void load_shared_16(uint32_t address, uint32_t (&v)[4]) {
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(address)
+               : "memory");
+}
+
+__device__ __forceinline__ void load_shared_8(uint32_t address, uint32_t* v) {
+  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+               : "=r"(v[0]), "=r"(v[1])
+               : "r"(address)
+               : "memory");
+}
+
+__device__ __forceinline__ void store_shared_16(uint32_t address, const uint32_t (&v)[4]) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v[0]), "r"(v[1]),
+               "r"(v[2]), "r"(v[3])
+               : "memory");
+}
+
+// Moves staged row `from` into row r of a kRows x kCols
+// tile in the 128-byte swizzle at `tile` (panels of 64 columns, each kRows x
+// 128 bytes; chunk c of row r at chunk position c ^ (r % 8) of its panel).
+// Columns past row_bytes are zeros. The caller has waited for the staging
+// barrier's phase.
+template <int kRows, int kCols>
+__device__ __forceinline__ void unstage_row_swizzle128(uint32_t tile, const StagedRow& from,
+                                                       int r) {
+  const int offset = from.offset, row_bytes = from.bytes;
+  const uint32_t staged_row = from.address;
+  static_assert(kCols % 8 == 0 && kRows % 8 == 0, "16-byte chunks, 8-row groups");
+  constexpr int kChunks = kCols / 8;
+  const uint32_t row_base = tile + static_cast<uint32_t>(r) * 128;
+  const uint32_t swizzle = static_cast<uint32_t>(r & 7);
+  // Output chunk c is bytes [offset + 16 c, + 16) of the staged row: read as
+  // 8-byte pairs from the pair at byte offset & 8 + 16 c, it is bits
+  // [shift, shift + 128) of the words from (offset & 4) / 4 on.
+  const bool odd_word = (offset & 4) != 0;
+  const uint32_t shift = static_cast<uint32_t>(offset & 2) * 8;
+  const uint32_t first = staged_row + static_cast<uint32_t>(offset & 8);
+  uint32_t carry[2];
+  if (row_bytes > 0) load_shared_8(first, carry);
+#pragma unroll 4
+  for (int c = 0; c < kChunks; ++c) {
+    uint32_t out[4] = {0u, 0u, 0u, 0u};
+    const int valid = row_bytes - 16 * c;
+    if (valid > 0) {
+      uint32_t word[6] = {carry[0], carry[1]};
+      load_shared_8(first + 16 * c + 8, word + 2);
+      load_shared_8(first + 16 * c + 16, word + 4);
+      uint32_t previous = odd_word ? word[1] : word[0];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t next = odd_word ? word[i + 2] : word[i + 1];
+        out[i] = __funnelshift_r(previous, next, shift);
+        previous = next;
+      }
+      if (valid < 16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int bytes = valid - 4 * i;
+          out[i] = bytes >= 4 ? out[i] : bytes >= 2 ? out[i] & 0xffffu : 0u;
+        }
+      }
+      carry[0] = word[4];
+      carry[1] = word[5];
+    }
+    store_shared_16(row_base + static_cast<uint32_t>(c / 8 * kRows * 128) +
+                        (((static_cast<uint32_t>(c) & 7u) ^ swizzle) << 4),
+                    out);
+  }
+}
+
+}  // namespace fsdpa::detail::cuda
