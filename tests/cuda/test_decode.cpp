@@ -884,4 +884,21 @@ TEST(DecodePlan, SplitsFillTheGpu) {
             size_t(32) * size_t(plan.num_kv_splits) * size_t(128 + 2) * sizeof(float));
 }
 
+// Splits that merge in a cluster (a short key range on sm_90) need no
+// workspace: the planner asks the launch's own rule of the device's binary.
+TEST(DecodePlan, ClusterMergedSplitsNeedNoWorkspace) {
+  Problem p = decode_problem();
+  p.heads_q = 32;
+  p.len_k = 384;
+  const Plan plan = fsdpa::plan(p, {});
+  EXPECT_EQ(plan.path, Path::FusedDecode);
+  int device = 0, major = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 9) GTEST_SKIP() << "no clusters before sm_90";
+  EXPECT_GE(plan.num_kv_splits, 2);
+  EXPECT_LE(plan.num_kv_splits, 8);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+}
+
 }  // namespace

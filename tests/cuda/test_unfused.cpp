@@ -133,15 +133,21 @@ TEST(UnfusedChunks, LongKeysRunInChunksOfQueryRows) {
 }
 
 // Rows that are not 16-byte aligned (contiguous D=59: 118-byte rows) run
-// fused under Auto, on the mma.sync row's narrow copies.
+// fused under Auto: where the wgmma row serves 16-byte rows of the bucket
+// (sm_90), on its staged load stage, else on the mma.sync row's narrow copies.
 TEST(UnfusedRouting, UnalignedRowsRunFusedUnderAuto) {
   Case c;
   c.policy = Policy::Auto;
   c.layout = Layout::BHSD;
   c.head_dim_qk = c.head_dim_v = 59;
   const Outcome o = run_case(c, test_rng());
+  Problem aligned = o.plan.problem;
+  aligned.head_dim_qk = aligned.head_dim_v = 64;
+  aligned.row_alignment = 16;
+  const std::string wgmma = "cuda_fused_prefill_hopper";
+  const bool hopper = plan(aligned, {}).kernel == wgmma;
   EXPECT_EQ(o.plan.path, Path::FusedPrefill);
-  EXPECT_EQ(o.plan.kernel, "cuda_fused_prefill");
+  EXPECT_EQ(o.plan.kernel, hopper ? wgmma : std::string("cuda_fused_prefill"));
   EXPECT_LE(o.relative_error, tolerance(c.dtype, false));
   EXPECT_EQ(o.unwritten, 0);
 }

@@ -191,11 +191,11 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
   const auto [key_begin, key_end] = key_hull(p, plan.options);
   const int64_t hull = key_end - key_begin;
 
+  const int multiprocessors = has_device(p.device.index)
+                                  ? device_info(p.device.index).multiprocessors
+                                  : kAssumedMultiprocessors;
   int splits = forced_splits();
   if (splits == 0) {
-    const int multiprocessors = has_device(p.device.index)
-                                    ? device_info(p.device.index).multiprocessors
-                                    : kAssumedMultiprocessors;
     // One full wave: every block of the grid resident at once. With
     // per-sequence lengths, for one sequence: the longest may hold most of
     // the keys, and the splits past a shorter one's end cost next to nothing
@@ -223,9 +223,12 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     splits = keys_per_split > 0 ? int((hull + keys_per_split - 1) / keys_per_split) : 1;
   }
   plan.num_kv_splits = splits;
-  plan.workspace_bytes =
-      splits > 1 ? size_t(rows_total) * size_t(splits) * size_t(p.head_dim_v + 2) * sizeof(float)
-                 : 0;
+  const bool merged =
+      grid.merge_known && decode_merges_in_cluster(splits, row_chunks, p.has_seq_lens_k, p.batch,
+                                                   p.heads_kv, multiprocessors);
+  plan.workspace_bytes = splits > 1 && !merged ? size_t(rows_total) * size_t(splits) *
+                                                     size_t(p.head_dim_v + 2) * sizeof(float)
+                                               : 0;
 }
 
 void decode_configure(const Problem& p, Plan& plan) {
@@ -246,12 +249,15 @@ void decode_configure(const Problem& p, Plan& plan) {
   // is the current one, else an H100/H200-like guess.
   int blocks_per_sm = kAssumedBlocksPerSm;
   int compute_capability = kAssumedComputeCapability;
+  int merge_binary = 0;  // unknown
   if (has_device(p.device.index)) {
     int current = 0;
     FSDPA_CUDA_CHECK(cudaGetDevice(&current));
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
-    if (current == p.device.index)
+    if (current == p.device.index) {
       blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
+      if (fns.merge_binary_version != nullptr) merge_binary = fns.merge_binary_version();
+    }
     compute_capability = device_info(p.device.index).compute_capability;
   }
   // The tensor-core kernel (f16, bf16) merges in clusters on sm_90 (where
@@ -259,7 +265,7 @@ void decode_configure(const Problem& p, Plan& plan) {
   const bool cluster_merge = p.dtype != DType::F32 && compute_capability >= 90;
   configure_decode_plan(p, plan,
                         DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys,
-                                   blocks_per_sm, 1, cluster_merge});
+                                   blocks_per_sm, 1, cluster_merge, merge_binary >= 90});
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,

@@ -51,6 +51,19 @@ constexpr int64_t decode_cluster_splits_limit(int64_t base_blocks, int multiproc
   return fit < kDecodeMaxClusterSplits ? fit : kDecodeMaxClusterSplits;
 }
 
+// Whether the tensor-core split kernel, where its binary is an sm_90 one,
+// merges `splits` splits of each row chunk in one cluster: 2 to
+// decode_cluster_splits_limit of them, one row chunk per kv head (its splits
+// are then adjacent blocks) and every split a block (no per-sequence
+// lengths, whose splits past a sequence's end return at once). The launch's
+// gate, and the planner, which then needs no workspace for partials.
+constexpr bool decode_merges_in_cluster(int64_t splits, int64_t row_chunks,
+                                        bool per_sequence_lengths, int64_t batch, int64_t heads_kv,
+                                        int multiprocessors) {
+  return splits > 1 && row_chunks == 1 && !per_sequence_lengths &&
+         splits <= decode_cluster_splits_limit(batch * heads_kv * row_chunks, multiprocessors);
+}
+
 // ------------------------------------------------------------ CUDA cores
 // The split kernel for f32 (decode_kernel.cuh): warps are key streams with
 // their own cp.async buffers; lanes split a key's dot product and Dv.

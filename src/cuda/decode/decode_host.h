@@ -12,19 +12,22 @@ namespace fsdpa::detail::cuda {
 // (packed rows, keys per pipeline step), how many of its blocks fit one
 // multiprocessor, and the multiple the keys per split are rounded up to
 // when the split count is chosen (the launch then divides the keys evenly
-// over that count); and whether the kernel can merge a row chunk's splits in
-// a cluster (the tensor-core split kernel on sm_90: merges_in_cluster).
+// over that count); whether the kernel can merge a row chunk's splits in a
+// cluster (the tensor-core split kernel on sm_90: merges_in_cluster), and
+// whether that is known of the device's binary (then splits that merge need
+// no workspace; else it is reserved).
 struct DecodeGrid {
   int head_dim_qk_bucket, head_dim_v_bucket;
   int rows, keys;
   int blocks_per_sm;
   int split_keys_multiple;
   bool cluster_merge;
+  bool merge_known = false;
 };
 
 // Fills the plan's kernel facts: buckets, tile, the split count (one full
-// wave of blocks, or FSDPA_DECODE_SPLITS) and the workspace
-// (rows x splits x (Dv + 2) floats when splits > 1).
+// wave of blocks, or FSDPA_DECODE_SPLITS) and the workspace (rows x splits x
+// (Dv + 2) floats when splits > 1 and do not merge in a cluster).
 void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid& grid);
 
 // The kernels' parameters for one call of a planned decode problem, with

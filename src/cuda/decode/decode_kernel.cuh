@@ -366,7 +366,8 @@ template <typename T, int DQK, int DV>
 DecodeBucketFns decode_bucket_fns() {
   if constexpr (sizeof(T) == 2)
     return {decode_kernel::launch_mma_split<T, DQK, DV>,
-            decode_kernel::mma_blocks_per_sm<T, DQK, DV>};
+            decode_kernel::mma_blocks_per_sm<T, DQK, DV>,
+            decode_kernel::mma_binary_version<T, DQK, DV>};
   else
     return {decode_kernel::launch_split<T, DQK, DV>, decode_kernel::blocks_per_sm<T, DQK, DV>};
 }

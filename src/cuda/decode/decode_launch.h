@@ -14,6 +14,10 @@ struct DecodeBucketFns {
   // Resident blocks per multiprocessor of the split kernel that serves this
   // many packed rows per kv head, on the current device.
   int (*blocks_per_sm)(int rows_per_kv_head, bool v_aliases_k) = nullptr;
+  // The architecture of the split kernel's binary on the current device,
+  // where the kernel can merge splits in clusters (the tensor-core one);
+  // null for the others.
+  int (*merge_binary_version)() = nullptr;
 };
 
 template <typename T, int DQK, int DV>

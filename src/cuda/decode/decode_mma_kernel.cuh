@@ -341,15 +341,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     store_block_rows<T, kStreams, kRows, DV>(p, blk, stats_s, merge_s);
 }
 
-// Whether the splits of each row chunk merge in one cluster: an sm_90 binary,
-// 2..decode_cluster_splits_limit splits, one row chunk per kv head (its
-// splits are then adjacent blocks) and every split a block (no per-sequence
-// lengths, whose splits past a sequence's end return at once).
+// Whether the splits of each row chunk merge in one cluster: an sm_90 binary
+// and decode_merges_in_cluster.
 inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int multiprocessors) {
-  return binary_version >= 90 && p.num_splits > 1 && p.row_chunks == 1 &&
-         p.kv.seq_lens_k == nullptr &&
-         p.num_splits <= decode_cluster_splits_limit(int64_t(p.batch) * p.heads_kv * p.row_chunks,
-                                                     multiprocessors);
+  return binary_version >= 90 &&
+         decode_merges_in_cluster(p.num_splits, p.row_chunks, p.kv.seq_lens_k != nullptr, p.batch,
+                                  p.heads_kv, multiprocessors);
+}
+
+// The architecture of the binary the current device runs for the split
+// kernel.
+template <typename T, int DQK, int DV>
+int mma_binary_version() {
+  return prepare_launch(reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, false>),
+                        kDecodeMmaWarps * 32, 0, "decode_mma_kernel");
 }
 
 template <typename T, int DQK, int DV>
