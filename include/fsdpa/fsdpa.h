@@ -203,6 +203,9 @@ struct Plan {
   double pad_ratio = 1.0;
   int64_t tile_q = 0;
   int64_t tile_k = 0;
+  // How the kernel reads the rows of q, k and v for the planned layout (the
+  // CUDA fused rows, by Problem::row_alignment; empty for the others).
+  std::string loads;
   int64_t num_kv_splits = 1;
   // Fused prefill with Dv above one block's registers (256): the output
   // columns in this many slices, each of head_dim_v_bucket columns, one block

@@ -247,6 +247,7 @@ std::string Plan::explain() const {
   else if (num_v_slices > 1)
     s << "slices    Dv in " << num_v_slices << " column slices\n";
   if (tile_q > 0) s << "tiles     " << tile_q << " queries x " << tile_k << " keys\n";
+  if (!loads.empty()) s << "loads     " << loads << "\n";
   s << "splits    " << num_kv_splits << "\n";
   if (backend == Backend::CPU) s << "threads   " << num_threads << "\n";
   s << "workspace " << workspace_bytes << " bytes\n";

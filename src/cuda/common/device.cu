@@ -135,4 +135,10 @@ StreamWorkspace::~StreamWorkspace() {
   if (data_ != nullptr) (void)cudaFreeAsync(data_, static_cast<cudaStream_t>(stream_));
 }
 
+std::string copy_16_loads(int64_t row_alignment) {
+  if (row_alignment >= 16) return "cp.async, 16 bytes";
+  if (row_alignment >= 4) return "cp.async pieces of " + std::to_string(row_alignment) + " bytes";
+  return "register copies of 2-byte elements";
+}
+
 }  // namespace fsdpa::detail::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace fsdpa::detail::cuda {
@@ -27,6 +28,10 @@ const DeviceInfo& device_info(int index);
 // Why device `index` cannot run the sm_90a kernels (wgmma, TMA), or empty
 // when it can or is not there to ask (plan() on a machine without a GPU).
 std::string wgmma_device_mismatch(int index);
+
+// How copy_16 (cuda/common/copy.cuh) reads rows that start on a multiple of
+// `row_alignment` bytes (16, 8, 4 or 2): Plan::loads of the rows that use it.
+std::string copy_16_loads(int64_t row_alignment);
 
 // Device memory for one call's workspace, allocated and freed in stream order
 // (cudaMallocAsync / cudaFreeAsync), so attention() never synchronizes.

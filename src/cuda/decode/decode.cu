@@ -266,6 +266,7 @@ void decode_configure(const Problem& p, Plan& plan) {
   configure_decode_plan(p, plan,
                         DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys,
                                    blocks_per_sm, 1, cluster_merge, merge_binary >= 90});
+  plan.loads = copy_16_loads(p.row_alignment);
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,

@@ -679,6 +679,7 @@ void decode_mla_configure(const Problem& p, Plan& plan) {
   // One block per multiprocessor (its shared memory); splits of whole K tiles.
   configure_decode_plan(
       p, plan, DecodeGrid{kMlaHeadDimQk, kMlaHeadDimV, kMlaRows, kMlaTileK, 1, kMlaTileK, false});
+  plan.loads = "TMA boxes";
 }
 
 void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {

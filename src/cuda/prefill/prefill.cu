@@ -179,6 +179,7 @@ void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
   configure_16bit(p, plan, prefill_tile_q(tile), tile.tile_k, &PrefillInstance::bf16,
                   &PrefillInstance::f16);
+  plan.loads = copy_16_loads(p.row_alignment);
 }
 
 Verdict prefill_hopper_supports(const Problem& p, const Options&) {
@@ -216,9 +217,24 @@ void prefill_hopper_configure(const Problem& p, Plan& plan) {
   const int qk = instance->head_dim_qk_bucket, dv = instance->head_dim_v_bucket;
   // The key tile of the load stage the planned alignment takes (tensors
   // aligned better at run time may take TMA and its tile).
-  configure_16bit(p, plan, kHopperTileQ,
-                  hopper_tile_k(qk, dv, hopper_load(static_cast<int>(p.row_alignment), qk, dv)),
-                  &PrefillInstance::hopper_bf16, &PrefillInstance::hopper_f16);
+  const HopperLoad load = hopper_load(static_cast<int>(p.row_alignment), qk, dv);
+  configure_16bit(p, plan, kHopperTileQ, hopper_tile_k(qk, dv, load), &PrefillInstance::hopper_bf16,
+                  &PrefillInstance::hopper_f16);
+  switch (load) {
+    case HopperLoad::Tma:
+      plan.loads = "TMA boxes";
+      break;
+    case HopperLoad::Staged:
+      plan.loads = "bulk copies into staging buffers, shifted into the swizzle (" +
+                   str(p.row_alignment) + "-byte rows)";
+      break;
+    case HopperLoad::Pieces:
+      plan.loads = "cp.async pieces of " + str(p.row_alignment) + " bytes";
+      break;
+    case HopperLoad::None:
+      throw Error("fsdpa: internal: the wgmma row configured for " + str(p.row_alignment) +
+                  "-byte rows of bucket " + str(qk) + "/" + str(dv) + ", which no stage copies");
+  }
 }
 
 PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
