@@ -10,10 +10,12 @@
 // a contiguous operand's rows, at any width), else one per row, each into
 // its own staging row. Then thread r moves row r's 16-byte chunks, shifted
 // by the row start's offset within its 16-byte block, into their swizzled
-// places, zeroing what lies past the row. Its reads hit distinct banks
-// (packed: the rows' odd pitch in 4-byte words for odd widths; per row: an
-// odd number of 16-byte chunks a staging row) and its swizzled stores are
-// conflict-free (8 consecutive rows cover the 8 chunk positions).
+// places, zeroing what lies past the row. Its 8-byte loads meet distinct
+// banks across a warp where the rows' pitch is an odd number of 4-byte
+// words (per row: the staging pitch, an odd number of 16-byte chunks;
+// packed: the row itself, as at D = 90; other packed widths meet 2-way
+// conflicts), and its swizzled stores are conflict-free (8 consecutive rows
+// cover the 8 chunk positions).
 //
 // A covering copy can read up to 15 bytes before its first byte (never
 // outside the allocation: allocations start 16-byte aligned) and up to 15
@@ -103,13 +105,6 @@ __device__ __forceinline__ int opaque_int(int x) {
   return x;
 }
 
-__device__ __forceinline__ void load_shared_16(uint32_t address, uint32_t (&v)[4]) {
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "r"(address)
-               : "memory");
-}
-
 __device__ __forceinline__ void load_shared_8(uint32_t address, uint32_t* v) {
   asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
                : "=r"(v[0]), "=r"(v[1])
@@ -123,17 +118,16 @@ __device__ __forceinline__ void store_shared_16(uint32_t address, const uint32_t
                : "memory");
 }
 
-// Moves staged row `from` into row r of a kRows x kCols
-// tile in the 128-byte swizzle at `tile` (panels of 64 columns, each kRows x
-// 128 bytes; chunk c of row r at chunk position c ^ (r % 8) of its panel).
-// Columns past row_bytes are zeros. The caller has waited for the staging
-// barrier's phase.
+// Moves staged row `from` into row r of a kRows x kCols tile in the 128-byte
+// swizzle at `tile` (panels of 64 columns, each kRows x 128 bytes; chunk c of
+// row r at chunk position c ^ (r % 8) of its panel). Columns past the row's
+// bytes are zeros. The caller has waited for the staging barrier's phase.
 template <int kRows, int kCols>
 __device__ __forceinline__ void unstage_row_swizzle128(uint32_t tile, const StagedRow& from,
                                                        int r) {
+  static_assert(kCols % 8 == 0 && kRows % 8 == 0, "16-byte chunks, 8-row groups");
   const int offset = from.offset, row_bytes = from.bytes;
   const uint32_t staged_row = from.address;
-  static_assert(kCols % 8 == 0 && kRows % 8 == 0, "16-byte chunks, 8-row groups");
   constexpr int kChunks = kCols / 8;
   const uint32_t row_base = tile + static_cast<uint32_t>(r) * 128;
   const uint32_t swizzle = static_cast<uint32_t>(r & 7);

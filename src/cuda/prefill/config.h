@@ -101,10 +101,11 @@ constexpr int kHopperTileQ = kHopperWarpgroups * 64;
 constexpr int kHopperStages = 2;
 // The load stages (hopper_kernel.cuh's producer), chosen per launch by row
 // alignment (PrefillParams::copy_bytes) and bucket: TMA boxes for 16-byte
-// rows; below that a bulk copy of each row into a staging buffer and a
-// shift into the swizzle (cuda/common/staged_copy.cuh) where the buckets'
-// tiles and the staging fit shared memory, else cp.async pieces of 8 or 4
-// bytes (nothing narrower).
+// rows; below that bulk copies into a staging buffer (one a tile where the
+// operand's rows are contiguous, else one a row) and a shift into the
+// swizzle (cuda/common/staged_copy.cuh) where the bucket's tiles and the
+// staging fit shared memory, else cp.async pieces of 8 or 4 bytes (nothing
+// narrower).
 // None: no stage copies such rows (2-byte rows of a bucket whose staging
 // does not fit).
 enum class HopperLoad : int { Tma, Staged, Pieces, None };

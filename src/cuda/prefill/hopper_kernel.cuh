@@ -3,15 +3,15 @@
 // warp-specialized block. Warpgroup 0 is the producer: one of its threads
 // issues every copy through the tensor memory accelerator (TMA), into rings
 // of K and V stages (cuda/common/pipeline.cuh); where rows are not 16-byte
-// aligned (TMA's rule), all of its threads fill the same layout instead,
-// each staging one row per tile with a bulk copy and shifting it into place
-// (cuda/common/staged_copy.cuh), or, where the staging buffers do not fit
-// (buckets above 176), with cp.async pieces. It hands most of its registers to the consumers,
-// warpgroups 1 and 2, which own 64 query rows each of one (batch, head); Q
-// stays in shared memory. All tiles are in the 128-byte swizzle that wgmma
-// reads. S = Q K^T takes both operands from shared memory (K-major);
-// O += P V takes P from the S registers and V from shared memory (N-major,
-// transposed by the instruction).
+// aligned (TMA's rule), all of its threads fill the same layout instead:
+// bulk copies into staging buffers, each thread then shifting one row into
+// place (cuda/common/staged_copy.cuh), or, where the staging buffers do not
+// fit (buckets above 176), cp.async pieces. It hands most of its registers
+// to the consumers, warpgroups 1 and 2, which own 64 query rows each of one
+// (batch, head); Q stays in shared memory. All tiles are in the 128-byte
+// swizzle that wgmma reads. S = Q K^T takes both operands from shared
+// memory (K-major); O += P V takes P from the S registers and V from shared
+// memory (N-major, transposed by the instruction).
 //
 // The schedule, per consumer and key tile j: issue S_j and P V of tile
 // j - 1, then the softmax of S_j while that P V runs. The two consumers take
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     barrier_init(q_barrier, producer_arrivals);
     k_ring.init(producer_arrivals, kConsumerThreads);
     v_ring.init(producer_arrivals, kConsumerThreads);
-    if (load == HopperLoad::Staged) {
+    if constexpr (kStaged) {
       barrier_init(staging_barriers, 128);
       barrier_init(staging_barriers + 8, 128);
     }
