@@ -345,7 +345,7 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   const int keys_per_split = (d.key_end - d.key_begin + d.num_splits - 1) / d.num_splits;
   d.keys_per_split = (keys_per_split + multiple - 1) / multiple * multiple;
   d.dv_ws = d.head_dim_v;
-  if (d.num_splits > 1) {
+  if (d.num_splits > 1 && workspace != nullptr) {  // none where the splits merge in a cluster
     // The (max, sum) pairs first: float2 accesses stay 8-byte aligned (run()
     // requires a 16-byte aligned workspace) whatever rows x splits x Dv is;
     // the combine checks the outputs' alignment before its float4 path.

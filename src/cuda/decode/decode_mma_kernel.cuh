@@ -374,6 +374,12 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
                                  kDecodeMmaWarps * 32, smem, stream, "decode_mma_kernel", merged);
     return;
   }
+  // A plan whose splits merge in a cluster on its device has no workspace;
+  // on another current device (other SM count, an sm_80 binary) they might not.
+  if (p.num_splits > 1 && p.partial_max_sum == nullptr)
+    throw Error("fsdpa: a decode plan of " + std::to_string(p.num_splits) +
+                " splits merged in a cluster on its device ran where they do not merge (is the "
+                "current device the tensors' one?)");
   launch_programmatic(kernel, static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream,
                       "decode_mma_kernel", p);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
