@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants|paged]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants|paged|profile]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -226,6 +226,36 @@ ab_decode_run() {
     cut -c1-200 | tee -a "$SUMMARY"
 }
 
+# Nsight Compute on one launch of the kernels matching regex $2 while
+# `fsdpa run --device cuda` runs with arguments $3 (one string), with the
+# sections that say what a kernel waits on (throughput against the ceilings,
+# the pipes, shared memory and L1 among them, warp stall reasons, stalls
+# sampled by instruction): $OUT/$1.ncu-rep, its details page ($1.txt) and
+# its per-instruction SASS with stall samples ($1-source.csv).
+ncu_profile() {
+  local run_args
+  read -r -a run_args <<<"$3"
+  timeout "$(limit 240)" ncu --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    --section SchedulerStats --section WarpStateStats --section Occupancy \
+    --section SourceCounters -k "regex:$2" -s "${NCU_SKIP:-2}" -c 1 -f -o "$OUT/$1" \
+    $BUILD/bin/fsdpa run --device cuda "${run_args[@]}" >"$OUT/$1.log" 2>&1
+  say "ncu $1: rc=$? ($2; fsdpa run $3)"
+  ncu --import "$OUT/$1.ncu-rep" --page details >"$OUT/$1.txt" 2>>"$OUT/$1.log"
+  ncu --import "$OUT/$1.ncu-rep" --page source --csv --print-source sass \
+    >"$OUT/$1-source.csv" 2>>"$OUT/$1.log"
+  grep -E "Duration|Throughput|Stall|Issue Slots|Bank|Warp Cycles|Registers" "$OUT/$1.txt" |
+    head -60 | tee -a "$SUMMARY"
+}
+
+# `profile`: ncu_profile of one shape's kernel (NCU_KERNEL, a regex, and
+# NCU_RUN, `fsdpa run` arguments; by default the staged load stage of the
+# wgmma prefill kernel on contiguous D=90 rows).
+if [ "$STAGES" = profile ]; then
+  ncu_profile profile "${NCU_KERNEL:-prefill_hopper_kernel}" \
+    "${NCU_RUN:---dqk 90 --batch 4 --hq 16 --lq 4096 --lk 4096 --causal --policy fused}"
+fi
+
 if [ "$STAGES" = prefill ]; then
   t0=$(date +%s)
   start_prefill_shards 240
@@ -382,13 +412,8 @@ if [ "$STAGES" = decode ]; then
   # of one kernel for finding where the cycles go: by default the MLA kernel;
   # NCU_KERNEL (a regex) and NCU_RUN (arguments of `fsdpa run`) pick another.
   if [ "${NCU_SOURCE:-0}" = 1 ]; then
-    read -r -a ncu_run <<<"${NCU_RUN:---hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 --dv 512 --mla}"
-    timeout $(limit 120) ncu --section SourceCounters --section WarpStateStats --section SpeedOfLight \
-      -k "regex:${NCU_KERNEL:-decode_mla}" -c 1 -o "$OUT/ncu-mla" $BUILD/bin/fsdpa run --device cuda \
-      "${ncu_run[@]}" >"$OUT/ncu-mla-source.log" 2>&1
-    ncu --import "$OUT/ncu-mla.ncu-rep" --page source --csv --print-source sass \
-      >"$OUT/ncu-mla-source.csv" 2>>"$OUT/ncu-mla-source.log"
-    say "ncu source: rc=$? $(wc -l <"$OUT/ncu-mla-source.csv") lines"
+    ncu_profile ncu-mla "${NCU_KERNEL:-decode_mla}" \
+      "${NCU_RUN:---hq 128 --hkv 1 --lq 1 --lk 32768 --dqk 576 --dv 512 --mla}"
   fi
   # AB=1: an A/B of kernel variants (ab_variants) on DECODE_ROWS.
   if [ "${AB:-0}" = 1 ]; then
