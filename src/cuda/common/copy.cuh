@@ -9,6 +9,21 @@ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
+// The thread's index and the block's z index, read where they are used: what
+// derives from them is neither kept in registers nor hoisted out of a
+// caller's loop (where it outlived a producer's or a decode kernel's
+// registers).
+__device__ __forceinline__ int fresh_thread_index() {
+  int x;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(x));
+  return x;
+}
+__device__ __forceinline__ int fresh_block_index_z() {
+  int x;
+  asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(x));
+  return x;
+}
+
 // Copies `valid_bytes` (0..16) from global `source` to 16 bytes of shared
 // memory at `shared_destination` and zero-fills the rest: the predicated
 // load that lets a head-dim bucket or a tile run past the tensor's end
@@ -226,11 +241,9 @@ __device__ __forceinline__ void copy_tile_rows_gather(uint32_t shared, const Row
   constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
   constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
   static_assert(kRowsPerPass >= 1 && kThreads % 32 == 0, "a pass covers at least one row");
-  // The thread index read where it is used: what derives from it would
-  // otherwise be hoisted out of the caller's key loop and outlive its
-  // registers (the 320 bucket's decode kernel spilled).
-  int thread;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
+  // The thread index read where it is used (the 320 bucket's decode kernel
+  // spilled with it hoisted).
+  const int thread = fresh_thread_index();
   const int lane = thread % 32;
   const int row = thread / kChunksPerRow;
   const int col = thread % kChunksPerRow * kElementsPerChunk;
@@ -304,12 +317,9 @@ __device__ __forceinline__ void copy_tile_swizzle128_narrow(uint32_t shared, con
   constexpr int kChunksPerRow = kCols / 8;
   constexpr int kRowsPerPass = kThreads / kChunksPerRow;
   static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
-  // The thread index read where it is used: what derives from it would
-  // otherwise be hoisted out of the caller's loop over tiles, per operand,
-  // and outlive the producer's 24 registers.
-  int thread;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(thread));
-  thread %= kThreads;
+  // The thread index read where it is used (hoisted out of the caller's
+  // loop over tiles, per operand, it outlived the producer's 24 registers).
+  const int thread = fresh_thread_index() % kThreads;
   const int first_row = thread / kChunksPerRow;
   const int chunk = thread % kChunksPerRow;
   if (first_row >= kRowsPerPass) return;

@@ -58,9 +58,11 @@ class PipelineRing {
   uint32_t barriers_;
 };
 
-// Orders this thread's later async-proxy reads of shared memory (wgmma
-// operands) after the generic-proxy writes it has synchronized with (cp.async
-// copies that a barrier reported complete).
+// Orders this thread's shared-memory accesses across the generic and the
+// async proxies: its later async-proxy reads (wgmma operands) after the
+// generic-proxy writes it has synchronized with (cp.async copies that a
+// barrier reported complete), and its later async-proxy writes (a bulk copy
+// into staging memory) after its own generic accesses.
 __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

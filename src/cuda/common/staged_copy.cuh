@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/pipeline.cuh"
 #include "cuda/common/staged_copy.h"
 #include "cuda/common/tma.cuh"
 
@@ -38,12 +39,6 @@ __device__ __forceinline__ void bulk_copy_global_to_shared(uint32_t destination,
           "r"(destination),
       "l"(source), "r"(bytes), "r"(barrier)
       : "memory");
-}
-
-// Orders this thread's earlier generic-proxy accesses of shared memory
-// before its later async-proxy ones (a bulk copy into a staging row it read).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Stages `bytes` bytes from `start` (null or no bytes: nothing copied) at
@@ -65,7 +60,7 @@ __device__ __forceinline__ int stage_span(uint32_t staged, const char* start, in
       asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(staged + static_cast<uint32_t>(x)),
                    "h"(*reinterpret_cast<const uint16_t*>(from + x)));
   }
-  fence_proxy_async_shared();  // this thread's accesses of the staging memory's last use
+  fence_async_shared();  // after this thread's accesses of the staging memory's last use
   barrier_expect_bytes(barrier, static_cast<uint32_t>(copied));
   if (copied > 0) bulk_copy_global_to_shared(staged, from, static_cast<uint32_t>(copied), barrier);
   return offset;
@@ -83,26 +78,6 @@ __device__ __forceinline__ StagedRow packed_row(uint32_t buffer, int offset, int
                                                 int row_bytes, int r) {
   const int at = offset + r * row_bytes;
   return {buffer + static_cast<uint32_t>(at & ~15), at & 15, r < rows ? row_bytes : 0};
-}
-
-// The thread's index and the block's z index, read where they are used
-// (the compiler neither keeps nor hoists them).
-__device__ __forceinline__ int fresh_thread_index() {
-  int x;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(x));
-  return x;
-}
-__device__ __forceinline__ int fresh_block_index_z() {
-  int x;
-  asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(x));
-  return x;
-}
-
-// x, as a value the compiler cannot see through: what derives from it is
-// computed where it is used, not hoisted out of a loop into registers.
-__device__ __forceinline__ int opaque_int(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
 }
 
 __device__ __forceinline__ void load_shared_8(uint32_t address, uint32_t* v) {

@@ -42,6 +42,10 @@ __device__ __forceinline__ uint64_t opaque(uint64_t x) {
   asm volatile("" : "+l"(x));
   return x;
 }
+__device__ __forceinline__ int opaque(int x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 
 // Before the first wgmma that reads registers ordinary code wrote.
 __device__ __forceinline__ void wgmma_fence() {

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   // rings' barriers; the launch sized shared memory for them).
   const uint32_t staging_barriers = (q_barrier + 8 + 2 * Ring::kBarrierBytes + 15u) & ~15u;
   const uint32_t staging = staging_barriers + 16;
-  constexpr uint32_t kStagingPitch = staged_row_pitch(kDqk > kDv ? kDqk : kDv);
+  constexpr uint32_t kStagingPitch = staged_row_pitch(max_bucket(kDqk, kDv));
   if (threadIdx.x == 0) {
     barrier_init(q_barrier, producer_arrivals);
     k_ring.init(producer_arrivals, kConsumerThreads);
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
       // use's barrier. A use is staged packed (one copy, by thread 0) where
       // its operand's rows are contiguous (PrefillParams::staged_packed),
       // else a copy per row. Indices and offsets are worked out anew for
-      // each use (fresh_*, opaque_int): hoisted out of the loop, they held
+      // each use (fresh_*, opaque): hoisted out of the loop, they held
       // registers that the shift needs.
       constexpr uint32_t kBufferBytes = 128 * kStagingPitch;
       constexpr int kBytes = static_cast<int>(sizeof(T));
@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         const char* start = first + kBytes * (row0 + (packed ? 0 : t)) * stride;
         if (packed) {
           // Every thread is done reading the buffer's last use.
-          fence_proxy_async_shared();
+          fence_async_shared();
           named_barrier_sync(3, 128);
           const int offset =
               stage_span(buffer, t == 0 ? start : nullptr, rows * row_bytes, limit, barrier);
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         return max(0, min(kTileK, static_cast<int>(sem.len_k) - (tile_begin + tile) * kTileK));
       };
       auto stage_k = [&](int tile) {
-        const int64_t b = fresh_block_index_z(), h = opaque_int(kv_head);
+        const int64_t b = fresh_block_index_z(), h = opaque(kv_head);
         return stage(
             buffer1, staging_barriers + 8,
             static_cast<const char*>(p.k) + kBytes * (b * p.k_strides[0] + h * p.k_strides[1]),
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
             p.k_end, (p.staged_packed & 2) != 0);
       };
       auto stage_v = [&](int tile) {
-        const int64_t b = fresh_block_index_z(), h = opaque_int(kv_head);
+        const int64_t b = fresh_block_index_z(), h = opaque(kv_head);
         const int column0 = v_slice(p).column0;
         return stage(buffer0, staging_barriers,
                      static_cast<const char*>(p.v) +
