@@ -250,10 +250,14 @@ ncu_profile() {
 
 # `profile`: ncu_profile of one shape's kernel (NCU_KERNEL, a regex, and
 # NCU_RUN, `fsdpa run` arguments; by default the staged load stage of the
-# wgmma prefill kernel on contiguous D=90 rows).
-if [ "$STAGES" = profile ]; then
+# wgmma prefill kernel on contiguous D=90 rows). NCU_REF, more `fsdpa run`
+# arguments, profiles a second launch beside it (by default none; for the
+# staged stage the aligned bucket: "--dqk 96 ..."). PROFILE=1 runs it first
+# in any other stage too.
+if [ "$STAGES" = profile ] || [ "${PROFILE:-0}" = 1 ]; then
   ncu_profile profile "${NCU_KERNEL:-prefill_hopper_kernel}" \
     "${NCU_RUN:---dqk 90 --batch 4 --hq 16 --lq 4096 --lk 4096 --causal --policy fused}"
+  [ -n "${NCU_REF:-}" ] && ncu_profile profile-ref "${NCU_KERNEL:-prefill_hopper_kernel}" "$NCU_REF"
 fi
 
 if [ "$STAGES" = prefill ]; then
