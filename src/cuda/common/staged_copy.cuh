@@ -10,12 +10,12 @@
 // a contiguous operand's rows, at any width), else one per row, each into
 // its own staging row. Then thread r moves row r's 16-byte chunks, shifted
 // by the row start's offset within its 16-byte block, into their swizzled
-// places, zeroing what lies past the row. Its 8-byte loads meet distinct
+// places, zeroing what lies past the row. Its 4-byte loads meet distinct
 // banks across a warp where the rows' pitch is an odd number of 4-byte
-// words (per row: the staging pitch, an odd number of 16-byte chunks;
-// packed: the row itself, as at D = 90; other packed widths meet 2-way
-// conflicts), and its swizzled stores are conflict-free (8 consecutive rows
-// cover the 8 chunk positions).
+// words (packed rows of D = 90); other packed widths meet 2-way conflicts,
+// and per-row staging (a pitch of 16-byte chunks) 4-way ones. Its swizzled
+// stores are conflict-free (8 consecutive rows cover the 8 chunk
+// positions).
 //
 // A covering copy can read up to 15 bytes before its first byte (never
 // outside the allocation: allocations start 16-byte aligned) and up to 15
@@ -80,11 +80,10 @@ __device__ __forceinline__ StagedRow packed_row(uint32_t buffer, int offset, int
   return {buffer + static_cast<uint32_t>(at & ~15), at & 15, r < rows ? row_bytes : 0};
 }
 
-__device__ __forceinline__ void load_shared_8(uint32_t address, uint32_t* v) {
-  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
-               : "=r"(v[0]), "=r"(v[1])
-               : "r"(address)
-               : "memory");
+__device__ __forceinline__ uint32_t load_shared_4(uint32_t address) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ void store_shared_16(uint32_t address, const uint32_t (&v)[4]) {
@@ -94,54 +93,65 @@ __device__ __forceinline__ void store_shared_16(uint32_t address, const uint32_t
 }
 
 // Moves staged row `from` into row r of a kRows x kCols tile in the 128-byte
-// swizzle at `tile` (panels of 64 columns, each kRows x 128 bytes; chunk c of
-// row r at chunk position c ^ (r % 8) of its panel). Columns past the row's
-// bytes are zeros. The caller has waited for the staging barrier's phase.
+// swizzle at `tile` (128-byte aligned; panels of 64 columns, each kRows x 128
+// bytes; chunk c of row r at chunk position c ^ (r % 8) of its panel).
+// Columns past the row's bytes are zeros. The caller has waited for the
+// staging barrier's phase.
+//
+// Output chunk c is bytes [offset + 16 c, + 16) of the staged row: bits
+// [shift, shift + 128) of the five 4-byte words from the word at or below
+// its start on (shift 0 or 16: rows start on the 2-byte grid). Every chunk
+// first goes through one pass without a branch (its loads may read past
+// the row, within the staging buffer), so that the loads of later chunks
+// issue ahead of the shifts of earlier ones; then the chunks that reach
+// past the row (the last one or two of a row narrower than the tile, all of
+// a row of no bytes) are stored again, masked to its bytes.
 template <int kRows, int kCols>
 __device__ __forceinline__ void unstage_row_swizzle128(uint32_t tile, const StagedRow& from,
                                                        int r) {
   static_assert(kCols % 8 == 0 && kRows % 8 == 0, "16-byte chunks, 8-row groups");
-  const int offset = from.offset, row_bytes = from.bytes;
-  const uint32_t staged_row = from.address;
   constexpr int kChunks = kCols / 8;
-  const uint32_t row_base = tile + static_cast<uint32_t>(r) * 128;
-  const uint32_t swizzle = static_cast<uint32_t>(r & 7);
-  // Output chunk c is bytes [offset + 16 c, + 16) of the staged row: read as
-  // 8-byte pairs from the pair at byte offset & 8 + 16 c, it is bits
-  // [shift, shift + 128) of the words from (offset & 4) / 4 on.
-  const bool odd_word = (offset & 4) != 0;
-  const uint32_t shift = static_cast<uint32_t>(offset & 2) * 8;
-  const uint32_t first = staged_row + static_cast<uint32_t>(offset & 8);
-  uint32_t carry[2];
-  if (row_bytes > 0) load_shared_8(first, carry);
-#pragma unroll 4
+  const int row_bytes = from.bytes;
+  const uint32_t first = from.address + static_cast<uint32_t>(from.offset & 12);
+  const uint32_t shift = static_cast<uint32_t>(from.offset & 2) * 8;
+  // Chunk c's store address: the tile is 128-byte aligned, so the row's base
+  // has no bits in the chunk position's place, and adding the swizzled
+  // position is an exclusive or.
+  const uint32_t row_base =
+      (tile + static_cast<uint32_t>(r) * 128) ^ (static_cast<uint32_t>(r & 7) << 4);
+  auto store = [&](int c, const uint32_t(&out)[4]) {
+    store_shared_16((row_base ^ (static_cast<uint32_t>(c & 7) << 4)) +
+                        static_cast<uint32_t>(c / 8 * kRows * 128),
+                    out);
+  };
+  uint32_t carry = load_shared_4(first);
+#pragma unroll
   for (int c = 0; c < kChunks; ++c) {
-    uint32_t out[4] = {0u, 0u, 0u, 0u};
+    uint32_t word[4], out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) word[i] = load_shared_4(first + 16 * c + 4 * i + 4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[i] = __funnelshift_r(carry, word[i], shift);
+      carry = word[i];
+    }
+    store(c, out);
+  }
+  for (int c = row_bytes >> 4; c < kChunks; ++c) {
     const int valid = row_bytes - 16 * c;
+    uint32_t out[4] = {0u, 0u, 0u, 0u};
     if (valid > 0) {
-      uint32_t word[6] = {carry[0], carry[1]};
-      load_shared_8(first + 16 * c + 8, word + 2);
-      load_shared_8(first + 16 * c + 16, word + 4);
-      uint32_t previous = odd_word ? word[1] : word[0];
+      uint32_t word[5];
+#pragma unroll
+      for (int i = 0; i < 5; ++i) word[i] = load_shared_4(first + 16 * c + 4 * i);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const uint32_t next = odd_word ? word[i + 2] : word[i + 1];
-        out[i] = __funnelshift_r(previous, next, shift);
-        previous = next;
+        const int bytes = valid - 4 * i;
+        const uint32_t x = __funnelshift_r(word[i], word[i + 1], shift);
+        out[i] = bytes >= 4 ? x : bytes >= 2 ? x & 0xffffu : 0u;
       }
-      if (valid < 16) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int bytes = valid - 4 * i;
-          out[i] = bytes >= 4 ? out[i] : bytes >= 2 ? out[i] & 0xffffu : 0u;
-        }
-      }
-      carry[0] = word[4];
-      carry[1] = word[5];
     }
-    store_shared_16(row_base + static_cast<uint32_t>(c / 8 * kRows * 128) +
-                        (((static_cast<uint32_t>(c) & 7u) ^ swizzle) << 4),
-                    out);
+    store(c, out);
   }
 }
 
