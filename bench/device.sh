@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|variants|paged|profile]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -26,9 +26,11 @@
 #                decode rows, AB_ARGS="--only-dqk 64,128" are the A/B prefill bench's arguments;
 #                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites)
 #
-# `prefill` is the short loop for prefill kernel work: the prefill GPU tests,
-# memcheck/racecheck on a small prefill grid (PREFILL_SANITIZE_FILTER
-# replaces its filter) and compare_torch.py --quick (or BENCH_ARGS).
+# `prefill` is the short loop for prefill kernel work: the prefill GPU tests
+# and the NaN policy's, memcheck/racecheck on a small prefill grid
+# (PREFILL_SANITIZE_FILTER replaces its filter) and on the NaN repair,
+# compare_torch.py --quick (or BENCH_ARGS), and with AB_BASE=1 the A/B
+# against .devbuild/base.tgz (ab_base_tables).
 # `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
@@ -111,7 +113,7 @@ cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF
   -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill \
-  gpu_test_paged >>"$OUT/build.log" 2>&1 ||
+  gpu_test_paged gpu_test_nan_policy >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
@@ -179,6 +181,7 @@ run_gpu_suites() {
   run_test "$OUT/decode_tests.txt" "$2" gpu_test_decode
   run_test "$OUT/decode_tests.txt" "$3" gpu_test_decode_vs_prefill
   run_test "$OUT/decode_tests.txt" "$3" gpu_test_paged
+  run_test "$OUT/decode_tests.txt" "$3" gpu_test_nan_policy
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
@@ -226,6 +229,30 @@ ab_decode_run() {
     cut -c1-200 | tee -a "$SUMMARY"
 }
 
+# AB_BASE=1 (coverage and prefill stages): an A/B of the tree's library
+# against the one built from .devbuild/base.tgz (`git archive` of the commit
+# to compare with), on the main prefill table (fsdpa fused only; AB_ARGS are
+# compare_torch.py's arguments) and the decode rows DECODE_ROWS, alternating,
+# twice; each run uses its own tree's Python wrapper. AB_PREFILL=0 or
+# AB_DECODE=0 leaves a table out.
+ab_base_tables() {
+  [ -f .devbuild/base.tgz ] || { say "ab: no .devbuild/base.tgz"; return; }
+  build_ab_base
+  local rep variant
+  for rep in 1 2; do
+    for variant in base tree; do
+      [ "${AB_PREFILL:-1}" = 1 ] &&
+        FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+        python3 "$(ab_root $variant)/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
+        --name "$variant-$rep" ${AB_ARGS:-} >"$OUT/ab/$variant-$rep.log" 2>&1
+      [ "${AB_DECODE:-1}" = 1 ] && ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
+    done
+  done
+  [ "${AB_PREFILL:-1}" = 1 ] &&
+    python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
+    "$OUT"/ab/tree-2.json 2>&1 | tee "$OUT/ab/prefill-ab.md" | tee -a "$SUMMARY"
+}
+
 # Nsight Compute on one launch of the kernels matching regex $2 while
 # `fsdpa run --device cuda` runs with arguments $3 (one string), with the
 # sections that say what a kernel waits on (throughput against the ceilings,
@@ -263,17 +290,20 @@ fi
 if [ "$STAGES" = prefill ]; then
   t0=$(date +%s)
   start_prefill_shards 240
+  run_test "$OUT/nan_policy_tests.txt" 120 gpu_test_nan_policy
   for p in "${pids[@]}"; do wait "$p"; done
-  cat "$OUT"/prefill_shard_*.txt >"$OUT/tests.log"
-  rm -f "$OUT"/prefill_shard_*.txt
-  say "prefill gpu tests: $(($(date +%s) - t0)) s"
+  cat "$OUT"/prefill_shard_*.txt "$OUT/nan_policy_tests.txt" >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt "$OUT/nan_policy_tests.txt"
+  say "prefill gpu tests (and the NaN policy's): $(($(date +%s) - t0)) s"
   report_tests
   sanitize_small gpu_test_prefill "${PREFILL_SANITIZE_FILTER:-*PrefillSemantics*L131x211_D64x64*causalBR_fused:*PrefillAwkward*D72x72_f16*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*}" 90 prefill
+  sanitize_small gpu_test_nan_policy '*_bf16_*v96c3nan*:*_f32_*L129x577*' 90 nan-policy
   mkdir -p "$OUT/bench"
   t0=$(date +%s)
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
     python3 bench/compare_torch.py --out "$OUT/bench" ${BENCH_ARGS:---quick} >"$OUT/bench-prefill.log" 2>&1
   say "prefill bench: rc=$? $(($(date +%s) - t0)) s"
+  [ "${AB_BASE:-0}" = 1 ] && ab_base_tables
 fi
 
 if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
@@ -310,25 +340,7 @@ if [ "$STAGES" = coverage ]; then
     say "decode bench (unaligned): rc=$?"
     grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
   fi
-  # AB_BASE=1: an A/B of the tree's library against the one built from
-  # .devbuild/base.tgz (`git archive` of the commit to compare with), on the
-  # main prefill table (fsdpa fused only) and the decode rows DECODE_ROWS,
-  # alternating, twice; each run uses its own tree's Python wrapper.
-  if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
-    build_ab_base
-    for rep in 1 2; do
-      for variant in base tree; do
-        [ "${AB_PREFILL:-1}" = 1 ] &&
-          FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
-          python3 "$(ab_root $variant)/bench/compare_torch.py" --fsdpa-only --no-flex --out "$OUT/ab" \
-          --name "$variant-$rep" ${AB_ARGS:-} >"$OUT/ab/$variant-$rep.log" 2>&1
-        [ "${AB_DECODE:-1}" = 1 ] && ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,10}"
-      done
-    done
-    [ "${AB_PREFILL:-1}" = 1 ] &&
-      python3 bench/ab_report.py "$OUT"/ab/base-1.json "$OUT"/ab/tree-1.json "$OUT"/ab/base-2.json \
-      "$OUT"/ab/tree-2.json 2>&1 | tee "$OUT/ab/prefill-ab.md" | tee -a "$SUMMARY"
-  fi
+  [ "${AB_BASE:-0}" = 1 ] && ab_base_tables
 fi
 
 # An A/B of kernel variants inside this one call (fresh machines differ by
@@ -490,6 +502,24 @@ if [ "$STAGES" = ecosystem ]; then
   say "pip install (CUDA build, fresh venv): rc=$? $(($(date +%s) - t0)) s $(tail -1 "$OUT/pip.log")"
 fi
 
+# ------------------------------------------------------------------ verify
+# `verify`: the one call after a change to code every family shares (the
+# epilogues, the NaN/Inf repair): every GPU suite, memcheck and racecheck on
+# the NaN repair of prefill, decode (a split combine, a paged pool) and MLA
+# cases, the A/B against .devbuild/base.tgz (ab_base_tables: AB_ARGS,
+# default --quick; DECODE_ROWS) and the call-overhead bench.
+if [ "$STAGES" = verify ]; then
+  run_gpu_suites 200 150 90
+  sanitize_small gpu_test_nan_policy "${NAN_SANITIZE_FILTER:-*_bf16_*v96c3nan*:*L1x8191*bf16*win100_*:*L1x300*f32*bool*:*mla*}" 120 nan-policy
+  sanitize_small gpu_test_paged 'PagedDecode.UnusedRowsContributeNothing' 120 paged-nan
+  mkdir -p "$OUT/ab" "$OUT/bench"
+  AB_ARGS=${AB_ARGS:---quick} ab_base_tables
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 120) python3 bench/overhead.py \
+    --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
+  say "overhead bench: rc=$?"
+  tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
+fi
+
 # ------------------------------------------------------------------ tests
 if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   run_gpu_suites 300 300 120
@@ -562,7 +592,7 @@ for f in "$OUT"/bench/*.md "$OUT"/ab/*-ab.md; do [ -f "$f" ] && cp "$f" "$FINAL_
 true
 # The coverage stage's reports also on their own: results.tgz can pass the
 # tool's 16 MB a file (the SASS and sanitizer logs of a full build).
-if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ]; then
+if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ] || [ "$STAGES" = verify ]; then
   for f in h200-prefill-large.json h200-prefill-large.md h200-prefill-large.png \
     h200-decode-unaligned.json support-matrix.md h200-overhead.json h200-overhead.md \
     h200-decode-splits.json; do

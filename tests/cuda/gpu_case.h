@@ -31,6 +31,14 @@ enum class Layout {
   MlaAlias      // v a view of the first Dv columns of k (padded BSHD; Dv <= Dqk)
 };
 
+// A value written over every batch's and head's element (row, column) of
+// q, k or v after the random fill (the NaN/Inf policy's cases).
+struct Poison {
+  char tensor;  // 'q', 'k' or 'v'
+  int64_t row, column;
+  float value;
+};
+
 struct Case {
   int64_t batch = 1, heads_q = 2, heads_kv = 1, len_q = 37, len_k = 97;
   int64_t head_dim_qk = 64, head_dim_v = 64;
@@ -55,6 +63,7 @@ struct Case {
   // hides the mma.sync one on sm_90): each prefill row must be right for
   // every Lq >= 1.
   std::string row;
+  std::vector<Poison> poisons;
 
   std::string name() const {
     std::ostringstream s;
@@ -75,6 +84,11 @@ struct Case {
     if (softcap > 0.0) s << "_cap" << static_cast<int>(softcap);
     if (kv_broadcast) s << "_kvbroadcast";
     if (offset_base) s << "_offset";
+    for (const Poison& x : poisons)
+      s << "_" << x.tensor << x.row << "c" << x.column
+        << (std::isnan(x.value) ? "nan"
+            : x.value > 0       ? "inf"
+                                : "minf");
     s << (policy == Policy::Unfused      ? "_unfused"
           : policy == Policy::ForceFused ? "_fused"
                                          : "_auto");
@@ -98,8 +112,10 @@ struct Outcome {
   Plan plan;
   double relative_error = 0;  // ||out - ref|| / ||ref||
   double max_abs_error = 0;
-  double lse_error = 0;         // max |lse - ref| / (1 + |ref|), -inf must match exactly
-  int64_t unwritten = 0;        // output elements still poisoned (or NaN)
+  double lse_error = 0;   // max |lse - ref| / (1 + |ref|), -inf must match exactly
+  int64_t unwritten = 0;  // output elements still poisoned (or NaN where the reference is finite)
+  int64_t non_finite_mismatch =
+      0;  // elements where the reference is NaN or infinite and got is not the same
   int64_t padding_touched = 0;  // padding bytes of out that changed
   std::vector<double> out;      // the output [B, Hq, Lq, Dv] as computed, for cross-checks
   std::string declined;         // Case::row's reason for not serving the case (nothing ran)
@@ -239,6 +255,13 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
   std::memset(out.host.data(), 0xFF, out.host.size());  // NaN in every dtype
   if (c.offset_base)
     for (TensorView* t : {&qh, &kh, &vh, &outh}) t->data = static_cast<char*>(t->data) + lead;
+  for (const Poison& x : c.poisons) {
+    const TensorView& t = x.tensor == 'q' ? qh : x.tensor == 'k' ? kh : vh;
+    for (int64_t b = 0; b < t.sizes[0]; ++b)
+      for (int64_t h = 0; h < t.sizes[1]; ++h)
+        detail::store_from_float(t.data, c.dtype, detail::offset_of(t, b, h, x.row, x.column),
+                                 x.value);
+  }
 
   Tensors host;
   host.q = qh, host.k = kh, host.v = vh, host.out = outh;
@@ -368,6 +391,10 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
           outcome.out.push_back(got);
           const double want =
               ref.out[static_cast<size_t>(((b * c.heads_q + h) * c.len_q + i) * c.head_dim_v + d)];
+          if (!std::isfinite(want)) {
+            if (std::isnan(want) ? !std::isnan(got) : got != want) ++outcome.non_finite_mismatch;
+            continue;
+          }
           if (!std::isfinite(got)) {
             ++outcome.unwritten;
             continue;
@@ -381,7 +408,9 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
               reinterpret_cast<const float*>(lse->host.data())[(b * c.heads_q + h) * c.len_q + i];
           const double want = ref.lse[static_cast<size_t>((b * c.heads_q + h) * c.len_q + i)];
           double e;
-          if (std::isinf(want) || std::isinf(got))
+          if (std::isnan(want))
+            e = std::isnan(got) ? 0.0 : 1e30;
+          else if (std::isinf(want) || std::isinf(got))
             e = (std::isinf(want) && std::isinf(got) && (want < 0) == (got < 0)) ? 0.0 : 1e30;
           else if (std::isnan(got))
             e = 1e30;

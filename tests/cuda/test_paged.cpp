@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -133,12 +134,45 @@ DenseTwin dense_twin(const PagedData& d) {
   return twin;
 }
 
-void run_case(PagedCase c, int splits) {
-  SCOPED_TRACE(c.name() + " splits " + std::to_string(splits));
+// NaN in every row of k's and v's storage that no sequence's keys occupy
+// (pool rows past a sequence's length or of no sequence; dense keys past a
+// sequence's length): the NaN/Inf policy says they contribute nothing,
+// though the kernels read the partial pages and tiles that hold them.
+void poison_unused_rows(PagedData& d) {
+  const PagedCase& c = d.c;
+  const int64_t slabs = c.paged ? d.tensors.k.sizes[0] : c.batch;  // pages, or sequences
+  const int64_t rows = c.paged ? c.page_size : c.capacity();
+  std::vector<char> used(static_cast<size_t>(slabs * rows), 0);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < d.seq_len[size_t(b)]; ++j) {
+      const int64_t slab = c.paged ? d.pages[size_t(b * c.max_pages + j / c.page_size)] : b;
+      used[size_t(slab * rows + (c.paged ? j % c.page_size : j))] = 1;
+    }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const TensorView* t : {&d.tensors.k, &d.tensors.v}) {
+    // Paged [pages, page_size, Hkv, D]; dense [B, Hkv, Lk, D].
+    const int64_t slab_stride = t->strides[0], row_stride = t->strides[c.paged ? 1 : 2],
+                  head_stride = t->strides[c.paged ? 2 : 1];
+    for (int64_t slab = 0; slab < slabs; ++slab)
+      for (int64_t r = 0; r < rows; ++r) {
+        if (used[size_t(slab * rows + r)]) continue;
+        for (int64_t g = 0; g < c.heads_kv; ++g)
+          for (int64_t e = 0; e < t->sizes[3]; ++e)
+            detail::store_from_float(
+                t->data, c.dtype,
+                slab * slab_stride + r * row_stride + g * head_stride + e * t->strides[3], nan);
+      }
+  }
+}
+
+void run_case(PagedCase c, int splits, bool poison_unused = false) {
+  SCOPED_TRACE(c.name() + " splits " + std::to_string(splits) +
+               (poison_unused ? " NaN in the unused rows" : ""));
   if (!detail::cuda::decode_bucket_compiled(c.dqk, c.dv))
     GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
   Rng rng(base_seed() ^ name_hash(c.name()) ^ uint64_t(splits));
   PagedData d = make_paged(c, rng);
+  if (poison_unused) poison_unused_rows(d);
   SplitsGuard guard(splits);
   DeviceCopy device(d);
   const Problem problem = describe(device.tensors, d.options);
@@ -164,7 +198,9 @@ void run_case(PagedCase c, int splits) {
   const std::vector<std::byte> paged = run_and_read(d, device);
   const PagedCheck check = check_paged(d);
   EXPECT_TRUE(check.ok) << plan.kernel << ", " << plan.num_kv_splits << " splits\n" << check.report;
-  if (!c.paged || !c.ragged) return;
+  // (The dense twin of a poisoned case holds zeros where the pool holds NaN:
+  // the rows that read them are recomputed, so the bits differ.)
+  if (!c.paged || !c.ragged || poison_unused) return;
   // The same keys dense: the same kernel reads the same values, so the same bits.
   DenseTwin twin = dense_twin(d);
   PagedData dense_host;  // only its storages travel: q, out, lse, mask, sinks, lens
@@ -320,6 +356,22 @@ TEST(PagedDecode, Semantics) {
     c.paged = false, c.causal = true, c.len_q = 4;  // a dense ragged batch
     run_case(c, 0);
   }
+}
+
+TEST(PagedDecode, UnusedRowsContributeNothing) {
+  for (int64_t page_size : {16, 64}) {
+    PagedCase c = base();
+    c.page_size = page_size, c.max_pages = 2048 / page_size;
+    for (int splits : {1, 4}) run_case(c, splits, true);
+    c.dtype = DType::F32;
+    run_case(c, 0, true);
+  }
+  PagedCase c = base();
+  c.paged = false, c.len_q = 2;  // a dense ragged batch
+  run_case(c, 0, true);
+  c = base();
+  c.mla_alias = true, c.dqk = 576, c.dv = 512, c.heads_kv = 1, c.heads_q = 16, c.page_size = 64;
+  run_case(c, 0, true);
 }
 
 TEST(PagedDecode, NarrowRowsAndPaddedPools) {

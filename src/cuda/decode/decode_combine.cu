@@ -149,14 +149,23 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
            i * p.out_strides.row + first_group * Vec;
   const int columns = min(groups * Vec, p.head_dim_v - first_group * Vec);
+  bool bad = false;
   for (int d = tid; d < columns; d += kCombineThreads) {
     float value = 0.f;
     for (int k = 0; k < subsets; ++k) value += sum_s[k * groups * Vec + d];
-    out[d] = from_float<T>(value * inv_sum);
+    value *= inv_sum;
+    out[d] = from_float<T>(value);
+    bad |= non_finite(value);
   }
   if (tid == 0 && blockIdx.y == 0 && p.lse != nullptr)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
         decode_kernel::row_lse({top, base, sum});
+  // The NaN/Inf policy: a row with a non-finite value is recomputed
+  // (cuda/common/exact_row.cuh), its block's columns and, by the first
+  // block, its lse.
+  if (__syncthreads_or(bad) && warp == 0)
+    decode_kernel::decode_exact_row<T>(p, batch, int(sequence_len_k(p.kv, batch)), head, i,
+                                       first_group * Vec, columns, blockIdx.y == 0);
 }
 
 template <typename T, int Vec>

@@ -3,7 +3,8 @@
 // decode sees them, the per-row set-up of a block, and the
 // block epilogue that merges the key streams of a block and writes either the
 // final rows or the split's partial for the combine kernel (or, where the
-// splits of a row chunk form a cluster, merges them there).
+// splits of a row chunk form a cluster, merges them there), and the repair
+// of final rows with non-finite values (the NaN/Inf policy).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +16,7 @@
 #include "core/key_range.h"
 #include "cuda/common/convert.cuh"
 #include "cuda/common/copy.cuh"
+#include "cuda/common/exact_row.cuh"
 #include "cuda/common/score.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/decode/decode_config.h"
@@ -53,7 +55,7 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 __device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int len_k, int i) {
   const int64_t diagonal = i + diagonal_offset(p.causal_bottom_right != 0, p.len_q, len_k);
   const KeyRange range =
-      visible_key_range(diagonal, len_k, p.causal != 0, p.has_window != 0, p.window_left);
+      detail::visible_key_range(diagonal, len_k, p.causal != 0, p.has_window != 0, p.window_left);
   return make_int2(int(range.begin), int(range.end));
 }
 
@@ -254,9 +256,10 @@ __device__ __forceinline__ RowTotals merge_stream_stats(float2* stats_s, int r, 
 }
 
 // Writes 4 output columns [d, d + 4) of row r (fewer at the end of Dv) of
-// the block's rows, v times scale.
+// the block's rows, v times scale; returns whether one of them is NaN or
+// infinite (repair_block_rows).
 template <typename T>
-__device__ __forceinline__ void store_out_columns(const DecodeParams& p, const DecodeBlock& b,
+__device__ __forceinline__ bool store_out_columns(const DecodeParams& p, const DecodeBlock& b,
                                                   int r, int d, const float (&v)[4], float scale) {
   const int columns = min(4, p.head_dim_v - d);
   const int2 hi = packed_row(p, b, r);
@@ -264,8 +267,12 @@ __device__ __forceinline__ void store_out_columns(const DecodeParams& p, const D
            hi.y * p.out_strides.row + d;
   // Where rows start 16-byte aligned, 4 elements at a multiple of 4 are one vector.
   alignas(16) T x[4];
+  bool bad = false;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) x[e] = from_float<T>(v[e] * scale);
+  for (int e = 0; e < 4; ++e) {
+    x[e] = from_float<T>(v[e] * scale);
+    bad |= e < columns && non_finite(v[e] * scale);
+  }
   if (columns == 4 && p.copy_bytes >= 16) {
     if constexpr (sizeof(T) == 2)
       *reinterpret_cast<uint2*>(out) = *reinterpret_cast<const uint2*>(x);
@@ -273,6 +280,90 @@ __device__ __forceinline__ void store_out_columns(const DecodeParams& p, const D
       *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(x);
   } else {
     for (int e = 0; e < columns; ++e) out[e] = x[e];
+  }
+  return bad;
+}
+
+// ------------------------------------------------------------ the NaN/Inf policy
+
+// Key j's rows of sequence `batch` and kv head `kv_head` in k and v (dense
+// or paged: core/kv_cache.h) as exact_row reads them; v's from column
+// `column0` on.
+template <typename T>
+struct DecodeRowOperands {
+  const T* q;
+  const DecodeParams* p;
+  int64_t batch, kv_head, column0;
+  int64_t q_col, k_col, v_col;
+  __device__ const T* key(int j) const {
+    return static_cast<const T*>(p->k) + key_row_offset(p->kv, p->k_strides, batch, kv_head, j);
+  }
+  __device__ const T* value(int j) const {
+    return static_cast<const T*>(p->v) + key_row_offset(p->kv, p->v_strides, batch, kv_head, j) +
+           column0 * v_col;
+  }
+};
+
+// Recomputes query head `head` at position `pos` of sequence `batch` (of
+// len_k keys): out columns [column0, column0 + columns) and, with
+// write_lse, its lse (exact_row: cuda/common/exact_row.cuh). All 32 lanes of
+// a warp, converged.
+template <typename T>
+__device__ __forceinline__ void decode_exact_row(const DecodeParams& p, int batch, int len_k,
+                                                 int head, int pos, int column0, int columns,
+                                                 bool write_lse) {
+  const DecodeRowOperands<T> x{static_cast<const T*>(p.q) + batch * p.q_strides.batch +
+                                   head * p.q_strides.head + pos * p.q_strides.row,
+                               &p,
+                               batch,
+                               head / p.kv_group_size,
+                               column0,
+                               p.q_strides.col,
+                               p.k_strides.col,
+                               p.v_strides.col};
+  const int2 keys = visible_keys(p, len_k, pos);
+  const ExactRule rule{{keys.x, keys.y},
+                       p.scale_log2,
+                       p.softcap_log2,
+                       p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf()};
+  const int64_t mask_row =
+      batch * p.mask_strides.batch + head * p.mask_strides.head + pos * p.mask_strides.row;
+  T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
+           pos * p.out_strides.row + column0;
+  float* lse = write_lse && p.lse != nullptr
+                   ? p.lse + batch * p.lse_strides.batch + head * p.lse_strides.head +
+                         pos * p.lse_strides.row
+                   : nullptr;
+  exact_row<T, 32>(
+      x, rule, [&](int j) { return mask_term(p, mask_row, j); }, p.head_dim_qk, out, columns, lse);
+}
+
+// After a block's last stores of its final rows: `bad` says whether this
+// thread stored a NaN or an infinity. If a thread of the block did, each
+// warp re-reads a share of the block's rows (out, and lse for NaN) and
+// recomputes those with one. Every thread of the block calls it; in a
+// cluster, after the barrier that ends the cluster's stores (a row's
+// columns may come from several blocks: each block that stored a bad value
+// repairs whole rows, all with the same values).
+template <typename T>
+__device__ __forceinline__ void repair_block_rows(const DecodeParams& p, const DecodeBlock& b,
+                                                  bool bad) {
+  if (!__syncthreads_or(bad)) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  for (int r = static_cast<int>(threadIdx.x) / 32; r < b.rows_here; r += warps) {
+    const int2 hi = packed_row(p, b, r);
+    const T* out = static_cast<const T*>(p.out) + b.batch * p.out_strides.batch +
+                   hi.x * p.out_strides.head + hi.y * p.out_strides.row;
+    bool row_bad = false;
+    for (int c = lane; c < p.head_dim_v; c += 32) row_bad |= non_finite(to_float(out[c]));
+    if (lane == 0 && p.lse != nullptr) {
+      const float lse = p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
+                              hi.y * p.lse_strides.row];
+      row_bad |= lse != lse;
+    }
+    if (__any_sync(0xffffffffu, row_bad))
+      decode_exact_row<T>(p, b.batch, b.len_k, hi.x, hi.y, 0, p.head_dim_v, true);
   }
 }
 
@@ -305,6 +396,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
   __syncthreads();
   constexpr int kVectors = DV / 4;
   const bool partial_vectors = partial_float4(p);
+  bool bad = false;
   for (int idx = threadIdx.x; idx < b.rows_here * kVectors; idx += blockDim.x) {
     const int r = idx / kVectors, d = idx % kVectors * 4;
     if (d >= p.head_dim_v) continue;
@@ -316,7 +408,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
       v[0] += weight * m.x, v[1] += weight * m.y, v[2] += weight * m.z, v[3] += weight * m.w;
     }
     if (single_split) {
-      store_out_columns<T>(p, b, r, d, v, stats_s[r].y);
+      bad |= store_out_columns<T>(p, b, r, d, v, stats_s[r].y);
     } else {
       const int columns = min(4, p.head_dim_v - d);
       float* out = p.partial_out + (first_slot + r) * p.dv_ws + d;
@@ -326,6 +418,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
         for (int e = 0; e < columns; ++e) out[e] = v[e];
     }
   }
+  if (single_split) repair_block_rows<T>(p, b, bad);  // split partials: the combine repairs
 }
 
 // The epilogue of a block whose row chunk's key splits form one cluster
@@ -366,6 +459,7 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
   const int splits = static_cast<int>(cluster_blocks()), rank = static_cast<int>(cluster_rank());
   const uint32_t rows_at = shared_address(merge_s), totals_at = shared_address(block_s);
   const int vectors = (p.head_dim_v + 3) / 4;
+  bool bad = false;
   for (int idx = rank * static_cast<int>(blockDim.x) + tid; idx < b.rows_here * vectors;
        idx += splits * static_cast<int>(blockDim.x)) {
     const int r = idx / vectors, d = idx % vectors * 4;
@@ -392,13 +486,14 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
         const float4 m = load_cluster_float4(cluster_address(rows_at + (r * DV + d) * 4, s));
         v[0] += weight * m.x, v[1] += weight * m.y, v[2] += weight * m.z, v[3] += weight * m.w;
       }
-    store_out_columns<T>(p, b, r, d, v, t.sum > 0.f ? 1.f / t.sum : 0.f);
+    bad |= store_out_columns<T>(p, b, r, d, v, t.sum > 0.f ? 1.f / t.sum : 0.f);
     if (d == 0 && p.lse != nullptr)
       p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head + hi.y * p.lse_strides.row] =
           row_lse(t);
   }
   cluster_arrive();
-  cluster_wait();  // the other blocks' reads of this block's rows are done
+  cluster_wait();  // the other blocks' reads of this block's rows are done, its stores seen
+  repair_block_rows<T>(p, b, bad);
 #else
   (void)p, (void)b, (void)stats_s, (void)merge_s, (void)block_s;
   __trap();  // launch_mma_split forms clusters only for sm_90 binaries

@@ -110,15 +110,18 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kerne
 // The epilogue from the accumulators: one split writes out (normalized, the
 // sink in the denominator) and the LSE; several write the split's
 // unnormalized partial and (max, sum) for the combine kernel.
-// `stats` holds warpgroup 0's (max, sum) of each of the 64 rows.
+// `stats` holds warpgroup 0's (max, sum) of each of the 64 rows. Returns
+// whether this thread stored a NaN or an infinity into out
+// (repair_block_rows).
 template <typename T>
-__device__ __forceinline__ void store_rows(const DecodeParams& p,
+__device__ __forceinline__ bool store_rows(const DecodeParams& p,
                                            const decode_kernel::DecodeBlock& b,
                                            const float (&o)[kOutTiles][4], const float2* stats,
                                            int warpgroup, int warp, int group, int quad) {
   using namespace decode_kernel;
   const bool single_split = p.num_splits == 1;
   const int rows_total = p.batch * p.heads_q * p.len_q;
+  bool bad = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = warp * 16 + group + 8 * h;
@@ -139,11 +142,13 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
 #pragma unroll
       for (int n = 0; n < kOutTiles; ++n) {
         const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
+        const float x0 = o[n][2 * h] * scale, x1 = o[n][2 * h + 1] * scale;
         if (col + 1 < p.head_dim_v) {
-          *reinterpret_cast<uint32_t*>(out + col) =
-              pack_pair<T>(o[n][2 * h] * scale, o[n][2 * h + 1] * scale);
+          *reinterpret_cast<uint32_t*>(out + col) = pack_pair<T>(x0, x1);
+          bad |= non_finite(x0) || non_finite(x1);
         } else if (col < p.head_dim_v) {
-          out[col] = from_float<T>(o[n][2 * h] * scale);
+          out[col] = from_float<T>(x0);
+          bad |= non_finite(x0);
         }
       }
       if (p.lse != nullptr && warpgroup == 0 && quad == 0)
@@ -168,6 +173,7 @@ __device__ __forceinline__ void store_rows(const DecodeParams& p,
       if (warpgroup == 0 && quad == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = max_sum;
     }
   }
+  return bad;
 }
 
 // Several splits, when the partial rows take 16-byte vectors: the split's
@@ -580,7 +586,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     else
       store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
-    store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+    const bool bad = store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+    if (p.num_splits == 1) decode_kernel::repair_block_rows<T>(p, blk, bad);
   }
 #endif  // FSDPA_WGMMA_ARCH
 }

@@ -6,6 +6,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
+#include "cuda/common/exact_row.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/simt_f32.h"
@@ -148,17 +149,34 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
     inverse = correction / sum;
     lse = (total_max + log2f(sum)) * kLn2;
   }
-  if (row >= len_q) return;
+  // A row with a non-finite value is recomputed by exact_row (the NaN/Inf
+  // policy, cuda/common/exact_row.cuh) by its warp: no lane leaves before.
   float* out_row = static_cast<float*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
                    static_cast<int64_t>(row) * p.out_strides[2] + column0;
+  float* lse_at =
+      p.lse != nullptr && column0 == 0
+          ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]
+          : nullptr;
+  bool bad = false;
+  if (row < len_q) {
 #pragma unroll
-  for (int w = 0; w < kColumnsPerLane; ++w) {
-    const int col = lane_in_row + kLanesPerRow * w;
-    if (col >= dv) break;
-    out_row[col] = o[w] * inverse;
+    for (int w = 0; w < kColumnsPerLane; ++w) {
+      const int col = lane_in_row + kLanesPerRow * w;
+      if (col >= dv) break;
+      const float value = o[w] * inverse;
+      out_row[col] = value;
+      bad |= non_finite(value);
+    }
+    if (lse_at != nullptr && lane_in_row == 0) *lse_at = lse;
   }
-  if (p.lse != nullptr && lane_in_row == 0 && column0 == 0)
-    p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
+  repair_rows(bad, row, kLanesPerRow, [&](int bad_row) {
+    const int64_t rows_from_here = bad_row - row;
+    exact_row<float, kLargestVSlice>(
+        DenseRowOperands<float>{q_base + static_cast<int64_t>(bad_row) * p.q_strides[2], k_base,
+                                v_base, 1, p.k_strides[2], 1, p.v_strides[2], 1},
+        sem, batch, head, bad_row, dqk, p.scale_log2, out_row + rows_from_here * p.out_strides[2],
+        dv, lse_at != nullptr ? lse_at + rows_from_here * p.lse_strides[2] : nullptr);
+  });
 }
 
 }  // namespace

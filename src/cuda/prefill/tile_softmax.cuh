@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/exact_row.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/semantics.cuh"
 #include "cuda/common/softmax.cuh"
@@ -213,10 +214,30 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kK
   a[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
+// Row `row` of (batch, head) and its kv head's keys as exact_row reads them,
+// v from column `column0` on.
+template <typename T>
+__device__ __forceinline__ DenseRowOperands<T> prefill_row_operands(const PrefillParams& p,
+                                                                    int batch, int head,
+                                                                    int kv_head, int row,
+                                                                    int column0) {
+  return {static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1] +
+              static_cast<int64_t>(row) * p.q_strides[2],
+          static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1],
+          static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] + column0,
+          1,
+          p.k_strides[2],
+          1,
+          p.v_strides[2],
+          1};
+}
+
 // The epilogue: the sink joins the denominator, then O is normalized and
 // stored (masked to the block's real columns and rows), and the LSE written
 // if asked (by the first column slice only: every slice has the same row
-// statistics).
+// statistics). A row with a non-finite value stored is recomputed by
+// exact_row (the NaN/Inf policy: cuda/common/exact_row.cuh). Called by all
+// 32 lanes of each warp.
 template <typename T, int kRowTiles, int kDvTiles, typename RowOf>
 __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles][4],
                                            const float (&row_max)[kRowTiles][2],
@@ -230,6 +251,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
   const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
   T* out_base =
       static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + slice.column0;
+  bool bad[kRowTiles][2] = {};
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -252,6 +274,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
         const int col = n * 8 + 2 * quad;
         const float x0 = o[m][n][2 * r] * inverse;
         const float x1 = o[m][n][2 * r + 1] * inverse;
+        bad[m][r] |= col < columns && (non_finite(x0) || (col + 1 < columns && non_finite(x1)));
         if (col + 1 < columns && p.copy_bytes >= 4) {
           *reinterpret_cast<uint32_t*>(out_row + col) = pack_pair<T>(x0, x1);
         } else if (col < columns) {  // the last odd column, or rows at odd element offsets
@@ -262,6 +285,20 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
       if (p.lse != nullptr && quad == 0 && slice.column0 == 0)
         p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
     }
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      repair_rows(bad[m][r], row_of(m, r), 4, [&](int row) {
+        exact_row<T, (kDvTiles * 8 + 31) / 32 * 32>(
+            prefill_row_operands<T>(p, batch, head, block.kv_head, row, slice.column0), sem, batch,
+            head, row, p.head_dim_qk, p.scale_log2,
+            out_base + static_cast<int64_t>(row) * p.out_strides[2], columns,
+            p.lse != nullptr && slice.column0 == 0
+                ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] +
+                      row * p.lse_strides[2]
+                : nullptr);
+      });
 }
 
 }  // namespace fsdpa::detail::cuda::prefill_impl

@@ -19,6 +19,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
+#include "cuda/common/exact_row.cuh"
 #include "cuda/common/semantics.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/unfused/unfused.h"
@@ -289,6 +290,90 @@ __global__ void zero_output(T* out, int64_t heads, int64_t len_q, int64_t head_d
   }
 }
 
+// The NaN/Inf policy (cuda/common/exact_row.cuh) behind the GEMMs: a masked
+// key's probability 0 times a NaN or infinite v makes a row's output NaN,
+// an additive -inf plus a NaN score its lse. One warp per output row checks
+// the row's out and lse and recomputes a row with a non-finite value.
+struct RepairParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;  // may be null
+  int64_t q_strides[4], k_strides[4], v_strides[4], out_strides[4], lse_strides[3];
+  int64_t rows;  // batch * heads_q * len_q
+  int heads_q, len_q, kv_group_size, head_dim_qk, head_dim_v;
+  float scale_log2;
+  MaskSemantics semantics;
+};
+
+constexpr int kRepairWarps = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(kRepairWarps * 32, 1)
+    repair_nonfinite_rows(const RepairParams p) {
+  const int64_t id = static_cast<int64_t>(blockIdx.x) * kRepairWarps + threadIdx.x / 32;
+  if (id >= p.rows) return;  // the whole warp
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int row = static_cast<int>(id % p.len_q);
+  const int head = static_cast<int>(id / p.len_q % p.heads_q);
+  const int batch = static_cast<int>(id / p.len_q / p.heads_q);
+  const int kv_head = head / p.kv_group_size;
+  T* out = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
+           row * p.out_strides[2];
+  float* lse = p.lse != nullptr ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] +
+                                      row * p.lse_strides[2]
+                                : nullptr;
+  bool bad = lane == 0 && lse != nullptr && *lse != *lse;
+  for (int c = lane; c < p.head_dim_v; c += 32) bad |= non_finite(to_float(out[c]));
+  if (!__any_sync(0xffffffffu, bad)) return;
+  const DenseRowOperands<T> x{
+      static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1] +
+          row * p.q_strides[2],
+      static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1],
+      static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1],
+      p.q_strides[3],
+      p.k_strides[2],
+      p.k_strides[3],
+      p.v_strides[2],
+      p.v_strides[3]};
+  exact_row<T, 256>(x, p.semantics, batch, head, row, p.head_dim_qk, p.scale_log2, out,
+                    p.head_dim_v, lse);
+}
+
+template <typename T>
+void launch_repair(const Plan& plan, const Tensors& t, cudaStream_t stream) {
+  const Problem& problem = plan.problem;
+  RepairParams p{};
+  p.q = t.q.data;
+  p.k = t.k.data;
+  p.v = t.v.data;
+  p.out = t.out.data;
+  for (int d = 0; d < 4; ++d) {
+    p.q_strides[d] = t.q.strides[d];
+    p.k_strides[d] = t.k.strides[d];
+    p.v_strides[d] = t.v.strides[d];
+    p.out_strides[d] = t.out.strides[d];
+  }
+  if (t.lse) {
+    p.lse = static_cast<float*>(t.lse->data);
+    for (int d = 0; d < 3; ++d) p.lse_strides[d] = t.lse->strides[d];
+  }
+  p.rows = problem.batch * problem.heads_q * problem.len_q;
+  p.heads_q = static_cast<int>(problem.heads_q);
+  p.len_q = static_cast<int>(problem.len_q);
+  p.kv_group_size = static_cast<int>(problem.heads_q / problem.heads_kv);
+  p.head_dim_qk = static_cast<int>(problem.head_dim_qk);
+  p.head_dim_v = static_cast<int>(problem.head_dim_v);
+  p.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
+  p.semantics = make_mask_semantics(problem, plan.options, t);
+  prepare_launch(reinterpret_cast<const void*>(&repair_nonfinite_rows<T>), kRepairWarps * 32, 0,
+                 "cuda_unfused_cublas (non-finite rows)");
+  repair_nonfinite_rows<T><<<static_cast<unsigned>((p.rows + kRepairWarps - 1) / kRepairWarps),
+                             kRepairWarps * 32, 0, stream>>>(p);
+  FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
 template <typename T>
 void launch_softmax(const SoftmaxParams& params, int64_t rows, cudaStream_t stream) {
   if (rows == 0) return;
@@ -483,6 +568,7 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
     }
   // Without the second GEMM (Lk == 0 or Dv == 0) nothing writes out: zero it.
   if (!output_gemm) with_type(p.dtype, [&]<typename T>() { launch_zero<T>(p, t, stream); });
+  with_type(p.dtype, [&]<typename T>() { launch_repair<T>(plan, t, stream); });
 }
 
 }  // namespace fsdpa::detail::cuda
