@@ -26,17 +26,28 @@ import fsdpa  # noqa: E402
 
 
 def per_call_us(fn, calls=2000, repeats=7, sync=lambda: None):
-    for _ in range(50):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
+    return interleaved_us({"": fn}, calls, repeats, sync)[""]
+
+
+def interleaved_us(fns, calls=2000, repeats=7, sync=lambda: None):
+    """Microseconds per call of each of `fns` (a name -> function dict): the
+    median over `repeats` rounds, each round timing one loop of `calls` calls
+    of every function in turn, so that every row sees the same host
+    conditions (the host's speed drifted by up to 1.5x between rows measured
+    one after another: bench/NOTES.md, session 20)."""
+    for fn in fns.values():
+        for _ in range(50):
             fn()
-        sync()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
+    sync()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def cuda_rows(torch):
@@ -50,18 +61,15 @@ def cuda_rows(torch):
     sdpa = torch.nn.functional.scaled_dot_product_attention
     sync = torch.cuda.synchronize
     with torch.inference_mode():
-        rows = {
-            "fsdpa.attention": per_call_us(lambda: fsdpa.attention(q, k, v), sync=sync),
-            "fsdpa.torch.attention (eager)": per_call_us(lambda: ft.attention(q, k, v),
-                                                         sync=sync),
-            "torch.ops.fsdpa.attention": per_call_us(
-                lambda: torch.ops.fsdpa.attention(q, k, v, None, None, None, False,
-                                                  "bottom_right", None, 0.0, None, False,
-                                                  "bhsd"), sync=sync),
-            "prepared": per_call_us(prepared, sync=sync),
-            "torch sdpa (enable_gqa)": per_call_us(lambda: sdpa(q, k, v, enable_gqa=True),
-                                                   sync=sync),
-        }
+        rows = interleaved_us({
+            "fsdpa.attention": lambda: fsdpa.attention(q, k, v),
+            "fsdpa.torch.attention (eager)": lambda: ft.attention(q, k, v),
+            "torch.ops.fsdpa.attention": lambda: torch.ops.fsdpa.attention(
+                q, k, v, None, None, None, False, "bottom_right", None, 0.0, None, False,
+                "bhsd"),
+            "prepared": prepared,
+            "torch sdpa (enable_gqa)": lambda: sdpa(q, k, v, enable_gqa=True),
+        }, sync=sync)
         # Where a fast-path call's time goes: each piece alone, same tensors.
         from fsdpa import _api, _arrays, _capi  # noqa: PLC0415
 
@@ -138,8 +146,8 @@ def cpu_rows():
     v = rng.standard_normal((1, 2, 64, 64)).astype(np.float16)
     prepared = fsdpa.prepare(q, k, v)
     shape = dict(batch=1, heads_q=8, heads_kv=2, len_k=64, dim=64)
-    return shape, {"fsdpa.attention": per_call_us(lambda: fsdpa.attention(q, k, v)),
-                   "prepared": per_call_us(prepared)}
+    return shape, interleaved_us({"fsdpa.attention": lambda: fsdpa.attention(q, k, v),
+                                  "prepared": prepared})
 
 
 def main():
@@ -164,11 +172,12 @@ def main():
                            "note": "piece: rows time one part of the fast path alone"}
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"Command: `{results['command']}` (bench/device.sh ecosystem)  ")
+    print(f"Command: `{results['command']}` (bench/device.sh ecosystem or verify)  ")
     print(f"CPU shape {results['cpu']['shape']}, f16 numpy"
           + (f"; CUDA shape {results['cuda']['shape']}, bf16 torch, Lq=1, under inference_mode"
              if "cuda" in results else "") + ". Wall time of back-to-back calls over their count"
-          " (then one synchronize), median of 7 loops of 2000.\n")
+          " (then one synchronize), median of 7 rounds of one loop of 2000 per call kind"
+          " (the kinds interleaved).\n")
     print("| device | call | us per call |\n|---|---|---|")
     for device in ("cpu", "cuda"):
         for name, us in results.get(device, {}).get("us_per_call", {}).items():
