@@ -161,11 +161,16 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
         decode_kernel::row_lse({top, base, sum});
   // The NaN/Inf policy: a row with a non-finite value is recomputed
-  // (cuda/common/exact_row.cuh), its block's columns and, by the first
-  // block, its lse.
-  if (__syncthreads_or(bad) && warp == 0)
+  // (cuda/common/exact_row.cuh). Thread t stored column t alone, so each
+  // warp recomputes its own 32 columns, with no block barrier. A non-finite
+  // lse comes with non-finite values in every column (the max or the sum
+  // is not finite), so warp 0 of the first block, which holds column 0,
+  // rewrites it.
+  static_assert(kCombineColumns <= kCombineThreads, "one column a thread");
+  if (__any_sync(0xffffffffu, bad))
     decode_kernel::decode_exact_row<T>(p, batch, int(sequence_len_k(p.kv, batch)), head, i,
-                                       first_group * Vec, columns, blockIdx.y == 0);
+                                       first_group * Vec + 32 * warp, min(32, columns - 32 * warp),
+                                       blockIdx.y == 0 && warp == 0);
 }
 
 template <typename T, int Vec>
