@@ -81,7 +81,8 @@ def cuda_rows(torch):
         for slot, value in zip(entry.slots, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                              out_spare.data_ptr())):
             block[slot] = value
-        workspace = torch.empty(max(entry.workspace_bytes, 1), dtype=torch.uint8, device="cuda")
+        _, plan, workspace_bytes = entry.planned
+        workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device="cuda")
         stream = _arrays.stream_of(q)
         lib = _capi.library()
         options = _api.ctypes.byref(entry.options)
@@ -92,15 +93,18 @@ def cuda_rows(torch):
             "piece: torch.empty_like out": lambda: torch.empty_like(q),
             "piece: torch.empty out": lambda: torch.empty((1, 32, 1, 128), dtype=q.dtype,
                                                           device=q.device),
-            "piece: torch.empty workspace": lambda: torch.empty(entry.workspace_bytes,
+            "piece: torch.empty workspace": lambda: torch.empty(workspace_bytes,
                                                                 dtype=torch.uint8,
                                                                 device=q.device),
             "piece: stream": entry.stream,
             "piece: fsdpa_attention (ctypes + library)": lambda: lib.fsdpa_attention(
                 _api.ctypes.addressof(block), options, stream),
+            "piece: fsdpa_attention by address (the fast path's)": lambda: entry.attention(
+                _api.ctypes.addressof(block), entry.options_address, stream),
             "piece: fsdpa_run (ctypes + library)": lambda: lib.fsdpa_run(
-                entry.plan.handle, _api.ctypes.addressof(block), workspace.data_ptr(),
-                entry.workspace_bytes, stream),
+                plan.handle, _api.ctypes.addressof(block), workspace.data_ptr(),
+                workspace_bytes, stream),
+            "piece: capturing": entry.capturing,
             "piece: entry.run": lambda: entry.run(q, [q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                                       0, 0, 0, 0, 0], None),
         }

@@ -161,9 +161,13 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
     """
     if type(return_lse) is not bool:
         _check_bool("return_lse", return_lse)
-    options_key = (scale, type(scale), causal, type(causal), causal_align, window_left,
-                   type(window_left), policy, allow_tf32, type(allow_tf32), softcap,
-                   type(softcap))
+    if (scale is None and causal is False and window_left is None and policy is None
+            and allow_tf32 is False and softcap is None and causal_align == "bottom_right"):
+        options_key = _DEFAULT_OPTIONS_KEY
+    else:
+        options_key = (scale, type(scale), causal, type(causal), causal_align, window_left,
+                       type(window_left), policy, allow_tf32, type(allow_tf32), softcap,
+                       type(softcap))
     fast = _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_table,
                            seq_lens_k)
     if fast is not None:
@@ -182,18 +186,22 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
 
 # ------------------------------------------------------------------ fast path
 # attention() on numpy arrays or torch tensors looks its call up by a key of
-# everything the fsdpa_tensors struct and the plan depend on: per array its
-# type, shape, strides, dtype, device and base address modulo 16 (the row
-# alignment); the options with their types (so that causal=1 is not served by
-# the entry of causal=True); and the environment variables planning reads. A
-# hit copies the entry's fsdpa_tensors template, writes the data pointers and
-# calls fsdpa_attention, whose own plan cache serves the plan and which
+# everything the fsdpa_tensors struct depends on: per array its type, shape,
+# strides, dtype, device and base address modulo 16 (the row alignment); and
+# the options with their types (so that causal=1 is not served by the entry
+# of causal=True). A hit copies the entry's fsdpa_tensors template, writes
+# the data pointers and calls fsdpa_attention, whose own plan cache serves
+# the plan (its key has the environment variables planning reads) and which
 # allocates the workspace (stream-ordered on the GPU); the library checks the
 # tensors all the same. While torch captures a CUDA graph the workspace comes
-# from torch's allocator instead (its graph pool) and the entry's plan runs.
+# from torch's allocator instead (its graph pool) and the entry's plan for
+# the current environment runs.
 
 _CACHE_CAPACITY = 256
 _plans: dict = {}
+# attention()'s options_key for its default options (the common call).
+_DEFAULT_OPTIONS_KEY = (None, type(None), False, bool, "bottom_right", None, type(None), None,
+                        False, bool, None, type(None))
 
 
 def _remember(key, entry):
@@ -213,26 +221,43 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
     if type(k) is not kind or type(v) is not kind:
         return None
     arrays = (q, k, v, mask, sinks, out, block_table, seq_lens_k)
-    for array in arrays[3:]:
-        if array is not None and type(array) is not kind:
-            return None
-    parts, pointers = [kind, return_lse, options_key, _capi.environment()], []
+    optional = (mask is not None or sinks is not None or out is not None
+                or block_table is not None or seq_lens_k is not None)
+    if optional:
+        for array in arrays[3:]:
+            if array is not None and type(array) is not kind:
+                return None
     torch = sys.modules.get("torch")
     if torch is not None and kind is torch.Tensor:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return None  # the general path raises
-        for array in arrays:
-            if array is None:
-                parts.append(None)
-                pointers.append(0)
-                continue
-            pointer = array.data_ptr()
-            parts.append((array.shape, array.stride(), array.dtype, array.device, pointer & 15))
-            pointers.append(pointer)
+        # The device as three cheap reads rather than a torch.device object:
+        # CPU (True, False, -1), cuda:n (False, True, n); any other type
+        # matches no entry (the general path refuses it).
+        q_pointer, k_pointer, v_pointer = q.data_ptr(), k.data_ptr(), v.data_ptr()
+        parts = [kind, return_lse, options_key,
+                 (q.shape, q.stride(), q.dtype, q.is_cpu, q.is_cuda, q.get_device(),
+                  q_pointer & 15),
+                 (k.shape, k.stride(), k.dtype, k.is_cpu, k.is_cuda, k.get_device(),
+                  k_pointer & 15),
+                 (v.shape, v.stride(), v.dtype, v.is_cpu, v.is_cuda, v.get_device(),
+                  v_pointer & 15)]
+        pointers = [q_pointer, k_pointer, v_pointer, 0, 0, 0, 0, 0]
+        if optional:
+            for index in range(3, 8):
+                array = arrays[index]
+                if array is None:
+                    parts.append(None)
+                    continue
+                pointer = array.data_ptr()
+                parts.append((array.shape, array.stride(), array.dtype, array.is_cpu,
+                              array.is_cuda, array.get_device(), pointer & 15))
+                pointers[index] = pointer
     else:
         numpy = sys.modules.get("numpy")
         if numpy is None or kind is not numpy.ndarray:
             return None
+        parts, pointers = [kind, return_lse, options_key], []
         for array in arrays:
             if array is None:
                 parts.append(None)
@@ -306,17 +331,19 @@ class _Plan:
 
 
 class _Entry:
-    """One cached call: its plan and options, an fsdpa_tensors template, how
-    to fill in the data pointers of new arrays of the same layout and how to
-    allocate their outputs."""
+    """One cached call: its options, an fsdpa_tensors template, how to fill in
+    the data pointers of new arrays of the same layout and how to allocate
+    their outputs; and, for runs under CUDA-graph capture, its plan."""
 
-    __slots__ = ("plan", "options", "template", "slots", "optional", "workspace_bytes", "lib",
-                 "new_out", "new_lse", "pointer_of", "stream", "capturing")
+    __slots__ = ("planned", "options", "options_address", "template", "slots", "optional", "lib",
+                 "attention", "new_out", "new_lse", "pointer_of", "stream", "capturing")
 
     def __init__(self, q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k,
                  options):
         self.lib = _capi.library()
+        self.attention = _capi.attention_by_address(self.lib)
         self.options = options
+        self.options_address = ctypes.addressof(options)
         self.new_out = self.new_lse = None
         if len(q.shape) == 4 and len(v.shape) == 4:
             self.new_out, new_lse = _allocators(q, (*q.shape[:3], v.shape[3]))
@@ -330,8 +357,9 @@ class _Entry:
         present = [name for name in _OPTIONAL_NAMES if getattr(call.struct, name)]
         for name in present:
             setattr(block, name, getattr(call.struct, name).contents)
-        self.plan = _Plan(self.lib, ctypes.addressof(block.tensors), options)
-        self.workspace_bytes = _plan_info(self.lib, self.plan.handle).workspace_bytes
+        # Planned here, so that a call the library refuses raises before the
+        # entry is cached; a plan is made for the environment it runs under.
+        self.planned = self._plan(ctypes.addressof(block.tensors))
         # The 8-byte words each run writes: the data of q, k, v and out; per
         # optional view, the pointer to it, its data and where run() finds
         # that data (an index into its pointers, lse's appended last).
@@ -344,10 +372,19 @@ class _Entry:
             torch = sys.modules["torch"]
             self.pointer_of = torch.Tensor.data_ptr
             if q.is_cuda:
-                self.stream = functools.partial(_arrays.torch_stream, q.get_device())
-                self.capturing = torch.cuda.is_current_stream_capturing
+                raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+                self.stream = (functools.partial(raw, q.get_device()) if raw is not None else
+                               functools.partial(_arrays.torch_stream, q.get_device()))
+                self.capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing",
+                                         torch.cuda.is_current_stream_capturing)
         else:
             self.pointer_of = _arrays.data_pointer
+
+    def _plan(self, tensors_address):
+        """(environment, plan, workspace bytes) for the environment now."""
+        environment = _capi.environment()
+        plan = _Plan(self.lib, tensors_address, self.options)
+        return environment, plan, _plan_info(self.lib, plan.handle).workspace_bytes
 
     def run(self, q, pointers, out):
         """Launches on new arrays of the entry's layout: `pointers` are the
@@ -370,17 +407,28 @@ class _Entry:
         for view_slot, data_slot, view_offset, index in self.optional:
             block[view_slot] = base + view_offset
             block[data_slot] = pointers[index]
-        stream = self.stream() if self.stream is not None else None
-        if self.capturing is not None and self.workspace_bytes and self.capturing():
-            # While torch captures a graph the workspace comes from torch's
-            # allocator (the graph's pool), fresh each run: runs of two CPU
-            # threads overlap.
-            workspace = _arrays.empty_bytes_like_kind(q, self.workspace_bytes)
-            _capi.check(self.lib.fsdpa_run(self.plan.handle, base, workspace.data_ptr(),
-                                           self.workspace_bytes, stream))
+        if self.stream is None:
+            status = self.attention(base, self.options_address, None)
+        elif self.capturing():
+            status = self._run_captured(q, base)
         else:
-            _capi.check(self.lib.fsdpa_attention(base, ctypes.byref(self.options), stream))
+            status = self.attention(base, self.options_address, self.stream())
+        if status:
+            _capi.check(status)
         return (out, lse) if lse is not None else out
+
+    def _run_captured(self, q, base):
+        """A run while torch captures a CUDA graph: the plan of the current
+        environment, its workspace from torch's allocator (the graph's pool),
+        fresh each run (runs of two CPU threads overlap)."""
+        planned = self.planned
+        if planned[0] != _capi.environment():
+            planned = self.planned = self._plan(base)
+        _, plan, workspace_bytes = planned
+        workspace = _arrays.empty_bytes_like_kind(q, workspace_bytes) if workspace_bytes else None
+        return self.lib.fsdpa_run(plan.handle, base,
+                                  workspace.data_ptr() if workspace is not None else None,
+                                  workspace_bytes, self.stream())
 
 
 def _row_major_strides(shape):

@@ -228,12 +228,28 @@ def library():
     return _lib
 
 
+_attention_by_address = {}
+
+
+def attention_by_address(lib):
+    """fsdpa_attention of `lib` declared with plain addresses for all three
+    arguments (the options too): the fast path passes integers it computed
+    once, which ctypes converts faster than a checked pointer."""
+    function = _attention_by_address.get(id(lib))
+    if function is None:
+        prototype = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_void_p)
+        function = _attention_by_address.setdefault(id(lib),
+                                                    prototype(("fsdpa_attention", lib)))
+    return function
+
+
 _environment_names = None
 
 
 def environment():
     """The values of the environment variables planning reads (the library
-    names them), as a tuple: part of the fast path's cache key."""
+    names them), as a tuple: what a cached plan was made for."""
     global _environment_names
     if _environment_names is None:
         names = library().fsdpa_plan_environment().decode("ascii")

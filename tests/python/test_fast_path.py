@@ -70,7 +70,9 @@ def test_types_are_part_of_the_key(rng):
         fsdpa.attention(q, k, v, causal=1)
 
 
-def test_the_environment_is_part_of_the_key(rng, monkeypatch):
+def test_every_hit_plans_under_the_environment_of_its_call(rng, monkeypatch):
+    # The entry holds no plan for its runs: the library's cache, keyed by the
+    # environment too, serves each call.
     q, k, v = inputs(rng)
     assert fsdpa.plan(q, k, v).path == "fused-prefill"
     fsdpa.attention(q, k, v)
@@ -80,7 +82,10 @@ def test_the_environment_is_part_of_the_key(rng, monkeypatch):
     monkeypatch.setenv("FSDPA_NUM_THREADS", "2")
     monkeypatch.delenv("FSDPA_POLICY")
     assert_close(fsdpa.attention(q, k, v), reference(q, k, v)[0])
-    assert len(_api._plans) == 2
+    monkeypatch.setenv("FSDPA_POLICY", "unfused")
+    assert fsdpa.plan(q, k, v).path == "unfused"
+    assert_close(fsdpa.attention(q, k, v), reference(q, k, v)[0])
+    assert len(_api._plans) == 1
 
 
 def test_a_read_only_out_is_refused_on_a_hit(rng):

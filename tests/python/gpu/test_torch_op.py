@@ -75,6 +75,35 @@ def test_cuda_graph_capture_replays_on_new_data():
             assert error(out, want) < 1e-2
 
 
+def test_cuda_graph_capture_plans_for_its_environment(monkeypatch):
+    # The fast path's entry is made with one split; the capture runs under
+    # four, and the entry's plan for it is one of four splits (with the
+    # workspace that plan needs, from torch's graph pool).
+    from fsdpa import _api  # noqa: PLC0415
+
+    q, k, v = rand(1, 16, 1, 128), rand(1, 2, 4096, 128), rand(1, 2, 4096, 128)
+    _api._plans.clear()
+    with torch.no_grad():
+        monkeypatch.setenv("FSDPA_DECODE_SPLITS", "1")
+        fsdpa.attention(q, k, v)
+        monkeypatch.setenv("FSDPA_DECODE_SPLITS", "4")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fsdpa.attention(q, k, v)
+        (entry,) = _api._plans.values()
+        _, plan, workspace_bytes = entry.planned
+        info = _api._plan_info(entry.lib, plan.handle)
+        assert info.num_kv_splits == 4 and info.workspace_bytes == workspace_bytes
+        monkeypatch.delenv("FSDPA_DECODE_SPLITS")
+        for _ in range(2):
+            q.copy_(rand(*q.shape))
+            v.copy_(rand(*v.shape))
+            graph.replay()
+            torch.cuda.synchronize()
+            want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            assert error(out, want) < 1e-2
+
+
 def test_fast_path_outputs_are_row_major_on_every_layout():
     # The fast path allocates out like q where q is row-major, with torch.empty
     # otherwise; a hit reuses the way its miss chose.
