@@ -474,6 +474,16 @@ if [ "$STAGES" = paged ]; then
   fi
 fi
 
+# The host's cost of a launch by kind against the library's call
+# (bench/launch_cost.cu), built here against the build's libfsdpa.so.
+run_launch_cost() {
+  nvcc -std=c++20 -O2 -gencode=arch=compute_90a,code=sm_90a -Iinclude bench/launch_cost.cu \
+    -L$BUILD -lfsdpa -Xlinker -rpath=$PWD/$BUILD -o $BUILD/launch_cost >"$OUT/launch-cost-build.log" 2>&1 &&
+    timeout "$(limit 60)" $BUILD/launch_cost >"$OUT/bench/h200-launch-cost.md" 2>&1
+  say "launch cost bench: rc=$?"
+  grep -E '^(\||plan:)' "$OUT/bench/h200-launch-cost.md" | tee -a "$SUMMARY"
+}
+
 # ------------------------------------------------------------------ ecosystem
 # The Python side on the GPU: every GPU suite (the library's call path
 # changed under them), the Python GPU tests (torch op, torch.compile, CUDA
@@ -491,6 +501,7 @@ if [ "$STAGES" = ecosystem ]; then
     --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
   say "overhead bench: rc=$?"
   tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
+  run_launch_cost
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 90) python3 bench/decode_splits.py \
     --out "$OUT/bench/h200-decode-splits.json" --md "$OUT/bench/h200-decode-splits.md" \
     >"$OUT/decode-splits.log" 2>&1
@@ -507,7 +518,8 @@ fi
 # epilogues, the NaN/Inf repair): every GPU suite, memcheck and racecheck on
 # the NaN repair of prefill, decode (a split combine, a paged pool) and MLA
 # cases, the A/B against .devbuild/base.tgz (ab_base_tables: AB_ARGS,
-# default --quick; DECODE_ROWS) and the call-overhead bench.
+# default --quick; DECODE_ROWS), the call-overhead and launch-cost benches,
+# and with VERIFY_PYTHON=1 the Python GPU tests last.
 if [ "$STAGES" = verify ]; then
   run_gpu_suites 200 150 90
   sanitize_small gpu_test_nan_policy "${NAN_SANITIZE_FILTER:-*_bf16_*v96c3nan*:*L1x8191*bf16*win100_*:*L1x300*f32*bool*:*mla*}" 120 nan-policy
@@ -518,6 +530,13 @@ if [ "$STAGES" = verify ]; then
     --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
   say "overhead bench: rc=$?"
   tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
+  run_launch_cost
+  if [ "${VERIFY_PYTHON:-0}" = 1 ]; then
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 240) \
+      python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
+    say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
+    grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
+  fi
 fi
 
 # ------------------------------------------------------------------ tests
@@ -595,7 +614,7 @@ true
 if [ "$STAGES" = coverage ] || [ "$STAGES" = ecosystem ] || [ "$STAGES" = verify ]; then
   for f in h200-prefill-large.json h200-prefill-large.md h200-prefill-large.png \
     h200-decode-unaligned.json support-matrix.md h200-overhead.json h200-overhead.md \
-    h200-decode-splits.json; do
+    h200-decode-splits.json h200-launch-cost.md; do
     [ -f "$OUT/bench/$f" ] && cp "$OUT/bench/$f" "$FINAL_OUT/"
   done
 fi
