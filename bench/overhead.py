@@ -76,19 +76,23 @@ def cuda_rows(torch):
         _api._plans.clear()
         fsdpa.attention(q, k, v)
         entry = next(iter(_api._plans.values()))
-        block = _api._Words.from_buffer_copy(entry.template)
         out_spare = torch.empty((1, 32, 1, 128), dtype=q.dtype, device="cuda")
-        for slot, value in zip(entry.slots, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                             out_spare.data_ptr())):
-            block[slot] = value
+        # The entry's layout with this call's data, as fsdpa_attention and
+        # fsdpa_run take it.
+        block = _api._Block.from_buffer_copy(entry.block)
+        words = _api._Words.from_buffer(block)
+        for name, value in zip(("q", "k", "v", "out"), (q.data_ptr(), k.data_ptr(),
+                                                        v.data_ptr(), out_spare.data_ptr())):
+            words[_api._DATA[name] // 8] = value
         _, plan, workspace_bytes = entry.planned
         workspace = torch.empty(max(workspace_bytes, 1), dtype=torch.uint8, device="cuda")
         stream = _arrays.stream_of(q)
         lib = _capi.library()
         options = _api.ctypes.byref(entry.options)
         pieces = {
-            "piece: key of q, k, v": lambda: [(a.shape, a.stride(), a.dtype, a.device,
-                                               a.data_ptr() & 15) for a in (q, k, v)],
+            "piece: key of q, k, v": lambda: [(a.shape, a.stride(), a.dtype, a.is_cpu, a.is_cuda,
+                                               a.get_device(), a.data_ptr() & 15)
+                                              for a in (q, k, v)],
             "piece: environment": _capi.environment,
             "piece: torch.empty_like out": lambda: torch.empty_like(q),
             "piece: torch.empty out": lambda: torch.empty((1, 32, 1, 128), dtype=q.dtype,
@@ -97,16 +101,18 @@ def cuda_rows(torch):
                                                                 dtype=torch.uint8,
                                                                 device=q.device),
             "piece: stream": entry.stream,
+            "piece: capturing": entry.capturing,
             "piece: fsdpa_attention (ctypes + library)": lambda: lib.fsdpa_attention(
                 _api.ctypes.addressof(block), options, stream),
-            "piece: fsdpa_attention by address (the fast path's)": lambda: entry.attention(
-                _api.ctypes.addressof(block), entry.options_address, stream),
+            "piece: fsdpa_attention_data (ctypes + library; the fast path's)": lambda: (
+                lib.fsdpa_attention_data(entry.layout, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                         out_spare.data_ptr(), None, entry.options_address,
+                                         stream)),
             "piece: fsdpa_run (ctypes + library)": lambda: lib.fsdpa_run(
                 plan.handle, _api.ctypes.addressof(block), workspace.data_ptr(),
                 workspace_bytes, stream),
-            "piece: capturing": entry.capturing,
             "piece: entry.run": lambda: entry.run(q, [q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                                      0, 0, 0, 0, 0], None),
+                                                      0, 0, 0, 0, 0, 0], None),
         }
         for name, piece in pieces.items():
             rows[name] = per_call_us(piece, sync=sync)

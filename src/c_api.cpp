@@ -4,9 +4,12 @@
 
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "core/validate.h"
 #include "fsdpa/fsdpa.h"
@@ -101,20 +104,22 @@ void require(const void* pointer, const char* name) {
 
 // The C++ enums are 8-bit. Values that fit reach the C++ validation as they
 // are; values that do not would wrap to a valid one, so they are rejected
-// here with the same message the C++ validation gives.
+// here with the same message the C++ validation gives ("<name>: <what>
+// value <v>"; name may be null). The message is made only on that error:
+// this runs for every view of every call.
 template <typename Enum>
-Enum to_enum(int32_t value, const std::string& what) {
+Enum to_enum(int32_t value, const char* name, const char* what) {
   if (value < 0 || value > 255)
-    fsdpa::detail::throw_invalid(what + " value " + std::to_string(value));
+    fsdpa::detail::throw_invalid((name != nullptr ? std::string(name) + ": " : std::string()) +
+                                 what + " value " + std::to_string(value));
   return static_cast<Enum>(value);
 }
 
 fsdpa::TensorView to_view(const fsdpa_tensor& t, const char* name) {
   fsdpa::TensorView view;
   view.data = t.data;
-  view.dtype = to_enum<fsdpa::DType>(t.dtype, std::string(name) + ": unknown dtype");
-  view.device.type =
-      to_enum<fsdpa::DeviceType>(t.device_type, std::string(name) + ": unknown device type");
+  view.dtype = to_enum<fsdpa::DType>(t.dtype, name, "unknown dtype");
+  view.device.type = to_enum<fsdpa::DeviceType>(t.device_type, name, "unknown device type");
   view.device.index = t.device_index;
   view.rank = t.rank;
   for (int d = 0; d < fsdpa::kMaxRank; ++d) {
@@ -144,10 +149,10 @@ fsdpa::Options to_options(const fsdpa_options* o) {
   if (o == nullptr) return options;
   if (o->has_scale) options.scale = o->scale;
   options.causal = o->causal != 0;
-  options.causal_align = to_enum<fsdpa::CausalAlign>(o->causal_align, "causal_align: unknown");
+  options.causal_align = to_enum<fsdpa::CausalAlign>(o->causal_align, "causal_align", "unknown");
   if (o->has_window) options.window_left = o->window_left;
   if (o->policy != FSDPA_POLICY_DEFAULT)
-    options.policy = to_enum<fsdpa::Policy>(o->policy, "policy: unknown");
+    options.policy = to_enum<fsdpa::Policy>(o->policy, "policy", "unknown");
   options.allow_tf32 = o->allow_tf32 != 0;
   options.softcap = o->softcap;
   return options;
@@ -177,6 +182,35 @@ fsdpa_options fsdpa_options_init(void) {
 fsdpa_status fsdpa_attention(const fsdpa_tensors* tensors, const fsdpa_options* options,
                              void* stream) {
   return guarded([&] { fsdpa::attention(to_tensors(tensors), to_options(options), stream); });
+}
+
+fsdpa_status fsdpa_attention_data(const fsdpa_tensors* layout, const void* q, const void* k,
+                                  const void* v, void* out, const void* const* optional,
+                                  const fsdpa_options* options, void* stream) {
+  return guarded([&] {
+    fsdpa::Tensors t = to_tensors(layout);
+    t.q.data = const_cast<void*>(q);
+    t.k.data = const_cast<void*>(k);
+    t.v.data = const_cast<void*>(v);
+    t.out.data = out;
+    // optional's order (c_api.h).
+    const std::pair<const char*, std::optional<fsdpa::TensorView>*> views[] = {
+        {"mask", &t.mask},
+        {"sinks", &t.sinks},
+        {"lse", &t.lse},
+        {"block_table", &t.block_table},
+        {"seq_lens_k", &t.seq_lens_k}};
+    for (size_t i = 0; i < std::size(views); ++i) {
+      std::optional<fsdpa::TensorView>& view = *views[i].second;
+      if (!view) continue;
+      if (optional == nullptr)
+        fsdpa::detail::throw_invalid(std::string("optional: null, but the layout has ") +
+                                     views[i].first + " (its data goes in optional[" +
+                                     std::to_string(i) + "])");
+      view->data = const_cast<void*>(optional[i]);
+    }
+    fsdpa::attention(t, to_options(options), stream);
+  });
 }
 
 fsdpa_status fsdpa_plan_create(const fsdpa_tensors* tensors, const fsdpa_options* options,

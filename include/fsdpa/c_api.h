@@ -39,8 +39,9 @@
 extern "C" {
 #endif
 
-/* Bumped whenever a struct layout or a function signature changes. */
-#define FSDPA_ABI_VERSION 3
+/* Bumped whenever a struct layout or a function signature changes, or a
+ * function is added. */
+#define FSDPA_ABI_VERSION 4
 
 /* ------------------------------------------------------------ status */
 
@@ -176,6 +177,18 @@ FSDPA_C_EXPORT fsdpa_options fsdpa_options_init(void);
  * stream), NULL for CPU tensors. The GPU call does not synchronize. */
 FSDPA_C_EXPORT fsdpa_status fsdpa_attention(const fsdpa_tensors* tensors,
                                             const fsdpa_options* options, void* stream);
+
+/* fsdpa_attention() on the views of `layout` with other data: q, k, v and
+ * out replace the data pointers of layout's q, k, v and out, and `optional`
+ * holds the data of mask, sinks, lse, block_table and seq_lens_k, in that
+ * order, each read only where layout has that view (optional may be NULL
+ * when layout has none of them). layout is not written. For bindings that
+ * call one layout on new tensors again and again: no fsdpa_tensors to copy
+ * and patch per call. */
+FSDPA_C_EXPORT fsdpa_status fsdpa_attention_data(const fsdpa_tensors* layout, const void* q,
+                                                 const void* k, const void* v, void* out,
+                                                 const void* const* optional,
+                                                 const fsdpa_options* options, void* stream);
 
 /* Validates the tensors and plans for them (fsdpa::describe + fsdpa::plan).
  * On success *plan holds a new plan to release with fsdpa_plan_destroy; on

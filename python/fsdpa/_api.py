@@ -242,7 +242,7 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
                   k_pointer & 15),
                  (v.shape, v.stride(), v.dtype, v.is_cpu, v.is_cuda, v.get_device(),
                   v_pointer & 15)]
-        pointers = [q_pointer, k_pointer, v_pointer, 0, 0, 0, 0, 0]
+        pointers = [q_pointer, k_pointer, v_pointer, 0, 0, 0, 0, 0, 0]
         if optional:
             for index in range(3, 8):
                 array = arrays[index]
@@ -267,6 +267,7 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
             parts.append((array.shape, array.strides, array.dtype, pointer & 15,
                           array is out and array.flags.writeable))
             pointers.append(pointer)
+        pointers.append(0)  # lse's, once run() allocates it
     key = tuple(parts)
     entry = _plans.get(key)
     if entry is None:
@@ -309,8 +310,10 @@ def _field_offset(*path):
 _DATA = {name: _field_offset("tensors", name, "data") for name in ("q", "k", "v", "out")}
 _OPTIONAL = {name: (_field_offset("tensors", name), _field_offset(name),
                     _field_offset(name, "data")) for name in _OPTIONAL_NAMES}
-# Where _Entry.run finds each optional view's data pointer.
-_POINTER_INDEX = {"mask": 3, "sinks": 4, "block_table": 6, "seq_lens_k": 7, "lse": 8}
+# Where _Entry.run finds each optional view's data pointer, and those of
+# the views present, in fsdpa_attention_data's order.
+_POINTER_INDEX = {"mask": 3, "sinks": 4, "lse": 8, "block_table": 6, "seq_lens_k": 7}
+_Optional = ctypes.c_void_p * len(_OPTIONAL_NAMES)
 
 
 class _Plan:
@@ -331,17 +334,17 @@ class _Plan:
 
 
 class _Entry:
-    """One cached call: its options, an fsdpa_tensors template, how to fill in
-    the data pointers of new arrays of the same layout and how to allocate
-    their outputs; and, for runs under CUDA-graph capture, its plan."""
+    """One cached call: its options, its layout (an fsdpa_tensors whose data
+    each run replaces, fsdpa_attention_data), how to allocate the outputs of
+    new arrays of that layout; and, for runs under CUDA-graph capture, its
+    plan."""
 
-    __slots__ = ("planned", "options", "options_address", "template", "slots", "optional", "lib",
-                 "attention", "new_out", "new_lse", "pointer_of", "stream", "capturing")
+    __slots__ = ("planned", "options", "options_address", "block", "layout", "optional", "lib",
+                 "new_out", "new_lse", "pointer_of", "stream", "capturing")
 
     def __init__(self, q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k,
                  options):
         self.lib = _capi.library()
-        self.attention = _capi.attention_by_address(self.lib)
         self.options = options
         self.options_address = ctypes.addressof(options)
         self.new_out = self.new_lse = None
@@ -350,23 +353,24 @@ class _Entry:
             if return_lse:
                 self.new_lse = new_lse
         if out is None and self.new_out is not None:
-            out = self.new_out(q)  # the template's out has the layout of every run's
+            out = self.new_out(q)  # the layout's out has the layout of every run's
         call = _Call(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k)
-        block = _Block()
-        block.tensors = call.struct
+        # The layout: the call's views in one buffer, its optional views'
+        # pointers into that buffer.
+        self.block = _Block()
+        self.block.tensors = call.struct
+        self.layout = ctypes.addressof(self.block)
+        words = _Words.from_buffer(self.block)
         present = [name for name in _OPTIONAL_NAMES if getattr(call.struct, name)]
         for name in present:
-            setattr(block, name, getattr(call.struct, name).contents)
+            setattr(self.block, name, getattr(call.struct, name).contents)
+            words[_OPTIONAL[name][0] // 8] = self.layout + _OPTIONAL[name][1]
+        # Where run() finds the optional views' data (None: there are none).
+        self.optional = (tuple(_POINTER_INDEX[name] if name in present else None
+                               for name in _OPTIONAL_NAMES) if present else None)
         # Planned here, so that a call the library refuses raises before the
         # entry is cached; a plan is made for the environment it runs under.
-        self.planned = self._plan(ctypes.addressof(block.tensors))
-        # The 8-byte words each run writes: the data of q, k, v and out; per
-        # optional view, the pointer to it, its data and where run() finds
-        # that data (an index into its pointers, lse's appended last).
-        self.slots = tuple(_DATA[name] // 8 for name in ("q", "k", "v", "out"))
-        self.optional = tuple((_OPTIONAL[name][0] // 8, _OPTIONAL[name][2] // 8,
-                               _OPTIONAL[name][1], _POINTER_INDEX[name]) for name in present)
-        self.template = bytes(block)
+        self.planned = self._plan(self.layout)
         self.stream = self.capturing = None
         if _arrays.is_torch(q):
             torch = sys.modules["torch"]
@@ -388,47 +392,55 @@ class _Entry:
 
     def run(self, q, pointers, out):
         """Launches on new arrays of the entry's layout: `pointers` are the
-        data addresses of q, k, v, mask, sinks, out, block_table and
-        seq_lens_k (0 for absent ones)."""
+        data addresses of q, k, v, mask, sinks, out, block_table, seq_lens_k
+        and lse (0 for absent ones; lse's and out's set here when run()
+        allocates them)."""
         if out is None:
             out = self.new_out(q)
             pointers[5] = self.pointer_of(out)
         lse = None
         if self.new_lse is not None:
             lse = self.new_lse(q)
-            pointers.append(self.pointer_of(lse))
-        block = _Words.from_buffer_copy(self.template)
-        slots = self.slots
-        block[slots[0]] = pointers[0]
-        block[slots[1]] = pointers[1]
-        block[slots[2]] = pointers[2]
-        block[slots[3]] = pointers[5]
-        base = ctypes.addressof(block)
-        for view_slot, data_slot, view_offset, index in self.optional:
-            block[view_slot] = base + view_offset
-            block[data_slot] = pointers[index]
+            pointers[8] = self.pointer_of(lse)
+        optional = None
+        if self.optional is not None:
+            optional = _Optional(*[0 if i is None else pointers[i] for i in self.optional])
         if self.stream is None:
-            status = self.attention(base, self.options_address, None)
-        elif self.capturing():
-            status = self._run_captured(q, base)
+            stream = None
         else:
-            status = self.attention(base, self.options_address, self.stream())
+            stream = self.stream()
+            if self.capturing():
+                return self._run_captured(q, pointers, optional, stream, out, lse)
+        status = self.lib.fsdpa_attention_data(self.layout, pointers[0], pointers[1],
+                                               pointers[2], pointers[5], optional,
+                                               self.options_address, stream)
         if status:
             _capi.check(status)
         return (out, lse) if lse is not None else out
 
-    def _run_captured(self, q, base):
+    def _run_captured(self, q, pointers, optional, stream, out, lse):
         """A run while torch captures a CUDA graph: the plan of the current
-        environment, its workspace from torch's allocator (the graph's pool),
-        fresh each run (runs of two CPU threads overlap)."""
+        environment on the layout with this run's data, its workspace from
+        torch's allocator (the graph's pool), fresh each run (runs of two
+        CPU threads overlap)."""
+        block = _Block.from_buffer_copy(self.block)
+        words = _Words.from_buffer(block)
+        base = ctypes.addressof(block)
+        for name, index in zip(("q", "k", "v", "out"), (0, 1, 2, 5)):
+            words[_DATA[name] // 8] = pointers[index]
+        for i, name in enumerate(_OPTIONAL_NAMES):
+            if optional is not None and self.optional[i] is not None:
+                words[_OPTIONAL[name][0] // 8] = base + _OPTIONAL[name][1]
+                words[_OPTIONAL[name][2] // 8] = optional[i] or 0
         planned = self.planned
         if planned[0] != _capi.environment():
             planned = self.planned = self._plan(base)
         _, plan, workspace_bytes = planned
         workspace = _arrays.empty_bytes_like_kind(q, workspace_bytes) if workspace_bytes else None
-        return self.lib.fsdpa_run(plan.handle, base,
-                                  workspace.data_ptr() if workspace is not None else None,
-                                  workspace_bytes, self.stream())
+        _capi.check(self.lib.fsdpa_run(plan.handle, base,
+                                       workspace.data_ptr() if workspace is not None else None,
+                                       workspace_bytes, stream))
+        return (out, lse) if lse is not None else out
 
 
 def _row_major_strides(shape):

@@ -10,7 +10,7 @@ from pathlib import Path
 from ._errors import LibraryNotFound, error_for_status
 
 # Must equal FSDPA_ABI_VERSION of the library (c_api.h).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 # ------------------------------------------------------------------ constants
 
@@ -176,6 +176,12 @@ def _declare(lib):
         # fsdpa_tensors are passed by address (ctypes.addressof), so that the
         # fast path can pass a buffer that holds one.
         "fsdpa_attention": (c_int32, [c_void_p, ctypes.POINTER(Options), c_void_p]),
+        # The fast path's call: every argument a plain address (the layout,
+        # the data, the optional views' data, the options, the stream), which
+        # ctypes converts faster than a checked pointer.
+        "fsdpa_attention_data": (
+            c_int32, [c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                      c_void_p]),
         "fsdpa_plan_create": (
             c_int32, [c_void_p, ctypes.POINTER(Options), ctypes.POINTER(c_void_p)]),
         "fsdpa_plan_get_info": (c_int32, [plan_pointer, ctypes.POINTER(PlanInfo)]),
@@ -226,22 +232,6 @@ def library():
                     "rebuild the library or use the matching python/fsdpa")
             _lib = lib
     return _lib
-
-
-_attention_by_address = {}
-
-
-def attention_by_address(lib):
-    """fsdpa_attention of `lib` declared with plain addresses for all three
-    arguments (the options too): the fast path passes integers it computed
-    once, which ctypes converts faster than a checked pointer."""
-    function = _attention_by_address.get(id(lib))
-    if function is None:
-        prototype = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p,
-                                     ctypes.c_void_p)
-        function = _attention_by_address.setdefault(id(lib),
-                                                    prototype(("fsdpa_attention", lib)))
-    return function
 
 
 _environment_names = None

@@ -729,6 +729,39 @@ static void* second_thread(void* argument) {
  * reversed block table, per-sequence lengths; the output equals the dense
  * ragged call on the same keys, bit for bit (the CPU paths load rows, then
  * compute alike), on both policies; the plan reports the cache. */
+/* fsdpa_attention_data: the layout of one problem run on another's data
+ * equals fsdpa_attention on that other problem, and leaves the layout's own
+ * arrays alone. */
+static void test_attention_on_other_data(void) {
+  problem a, b;
+  problem_init(&a, 2, 6, 2, 5, 9, 11, 7, MASK_BOOL_PER_HEAD, true, true, false);
+  problem_init(&b, 2, 6, 2, 5, 9, 11, 7, MASK_BOOL_PER_HEAD, true, true, false);
+  fsdpa_options o = fsdpa_options_init();
+  o.causal = 1;
+  const void* optional[5] = {b.mask_bool, b.sinks_data, b.lse_data, NULL, NULL};
+  CHECK(fsdpa_attention_data(&a.tensors, b.q, b.k, b.v, b.out, optional, &o, NULL) == FSDPA_OK);
+  check_against_naive(&b.tensors, &o, kF32Tolerance, __LINE__);
+  CHECK(isnan(a.out[0]) && isnan(a.out[a.B * a.Hq * a.Lq * a.Dv - 1]) && isnan(a.lse_data[0]));
+  CHECK_ERROR(fsdpa_attention_data(&a.tensors, b.q, b.k, b.v, b.out, NULL, &o, NULL),
+              FSDPA_ERROR_INVALID_ARGUMENT,
+              "optional: null, but the layout has mask (its data goes in optional[0])");
+  CHECK_ERROR(fsdpa_attention_data(&a.tensors, NULL, b.k, b.v, b.out, optional, &o, NULL),
+              FSDPA_ERROR_INVALID_ARGUMENT, "q: data is null");
+  CHECK_ERROR(fsdpa_attention_data(NULL, b.q, b.k, b.v, b.out, optional, &o, NULL),
+              FSDPA_ERROR_INVALID_ARGUMENT, "tensors: null pointer");
+  problem_free(&a);
+  problem_free(&b);
+  /* No optional views: optional may be NULL. */
+  problem_init(&a, 1, 4, 4, 3, 6, 8, 8, MASK_NONE, false, false, true);
+  problem_init(&b, 1, 4, 4, 3, 6, 8, 8, MASK_NONE, false, false, true);
+  o = fsdpa_options_init();
+  CHECK(fsdpa_attention_data(&a.tensors, b.q, b.k, b.v, b.out, NULL, &o, NULL) == FSDPA_OK);
+  check_against_naive(&b.tensors, &o, kF32Tolerance, __LINE__);
+  CHECK(isnan(a.out[0]));
+  problem_free(&a);
+  problem_free(&b);
+}
+
 static void test_paged_cache(void) {
   enum { B = 2, HQ = 4, HKV = 2, LQ = 3, LK = 12, D = 8, PAGE = 4, PAGES = B * LK / PAGE };
   static const int32_t policies[] = {FSDPA_POLICY_FUSED, FSDPA_POLICY_UNFUSED};
@@ -774,6 +807,12 @@ static void test_paged_cache(void) {
     CHECK(fsdpa_attention(&paged, &o, NULL) == FSDPA_OK);
     CHECK(memcmp(out_dense, out_paged, sizeof(float) * B * HQ * LQ * D) == 0);
     CHECK(!isnan(out_paged[0]) && !isnan(out_paged[B * HQ * LQ * D - 1]));
+    /* The paged layout on the same data through fsdpa_attention_data. */
+    const void* optional[5] = {NULL, NULL, NULL, table, lens};
+    for (int64_t i = 0; i < B * HQ * LQ * D; ++i) out_dense[i] = NAN;
+    CHECK(fsdpa_attention_data(&paged, q, k_pool, v_pool, out_dense, optional, &o, NULL) ==
+          FSDPA_OK);
+    CHECK(memcmp(out_dense, out_paged, sizeof(float) * B * HQ * LQ * D) == 0);
   }
   fsdpa_plan* plan = NULL;
   fsdpa_plan_info info;
@@ -827,6 +866,7 @@ int main(void) {
   test_attention_matches_naive();
   test_plan_and_run();
   test_errors();
+  test_attention_on_other_data();
   test_paged_cache();
   test_thread_local_last_error();
   test_version_and_matrix();
