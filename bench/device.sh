@@ -24,7 +24,8 @@
 #                BENCH_ARGS="--only-dqk 576" keeps the bench's 576 rows,
 #                AB_PREFILL=0 leaves the prefill table out of the A/B, AB_DECODE=0 the
 #                decode rows, AB_ARGS="--only-dqk 64,128" are the A/B prefill bench's arguments;
-#                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites)
+#                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites,
+#                ECOSYSTEM_SPLITS=0 the small-decode splits bench, ECOSYSTEM_PIP=0 pip install)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests
 # and the NaN policy's, memcheck/racecheck on a small prefill grid
@@ -481,7 +482,7 @@ run_launch_cost() {
     -L$BUILD -lfsdpa -Xlinker -rpath=$PWD/$BUILD -o $BUILD/launch_cost >"$OUT/launch-cost-build.log" 2>&1 &&
     timeout "$(limit 60)" $BUILD/launch_cost >"$OUT/bench/h200-launch-cost.md" 2>&1
   say "launch cost bench: rc=$?"
-  grep -E '^(\||plan:)' "$OUT/bench/h200-launch-cost.md" | tee -a "$SUMMARY"
+  grep -E '^(\||plan:|environment:)' "$OUT/bench/h200-launch-cost.md" | tee -a "$SUMMARY"
 }
 
 # ------------------------------------------------------------------ ecosystem
@@ -502,15 +503,19 @@ if [ "$STAGES" = ecosystem ]; then
   say "overhead bench: rc=$?"
   tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
   run_launch_cost
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 90) python3 bench/decode_splits.py \
-    --out "$OUT/bench/h200-decode-splits.json" --md "$OUT/bench/h200-decode-splits.md" \
-    >"$OUT/decode-splits.log" 2>&1
-  say "small-decode splits bench: rc=$?"
-  grep -E '^\|' "$OUT/bench/h200-decode-splits.md" | tee -a "$SUMMARY"
-  t0=$(date +%s)
-  FSDPA_PIP_CMAKE_ARGS="-DFSDPA_HEAD_DIMS=64;128 ${cmake_extra[*]}" timeout $(limit 240) \
-    bash tests/package/check_pip.sh "$PWD" /tmp/fsdpa-pip python3 >"$OUT/pip.log" 2>&1
-  say "pip install (CUDA build, fresh venv): rc=$? $(($(date +%s) - t0)) s $(tail -1 "$OUT/pip.log")"
+  if [ "${ECOSYSTEM_SPLITS:-1}" = 1 ]; then
+    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 90) python3 bench/decode_splits.py \
+      --out "$OUT/bench/h200-decode-splits.json" --md "$OUT/bench/h200-decode-splits.md" \
+      >"$OUT/decode-splits.log" 2>&1
+    say "small-decode splits bench: rc=$?"
+    grep -E '^\|' "$OUT/bench/h200-decode-splits.md" | tee -a "$SUMMARY"
+  fi
+  if [ "${ECOSYSTEM_PIP:-1}" = 1 ]; then
+    t0=$(date +%s)
+    FSDPA_PIP_CMAKE_ARGS="-DFSDPA_HEAD_DIMS=64;128 ${cmake_extra[*]}" timeout $(limit 240) \
+      bash tests/package/check_pip.sh "$PWD" /tmp/fsdpa-pip python3 >"$OUT/pip.log" 2>&1
+    say "pip install (CUDA build, fresh venv): rc=$? $(($(date +%s) - t0)) s $(tail -1 "$OUT/pip.log")"
+  fi
 fi
 
 # ------------------------------------------------------------------ verify

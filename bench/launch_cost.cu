@@ -15,6 +15,7 @@
 //     bench/launch_cost.cu -L<build> -lfsdpa -Xlinker -rpath=<build> -o launch_cost
 // (bench/device.sh builds and runs it in its `verify` and `ecosystem` stages.)
 #include <cuda_runtime.h>
+#include <unistd.h>  // environ
 
 #include <algorithm>
 #include <chrono>
@@ -112,6 +113,9 @@ int main(int argc, char** argv) {
   check(fsdpa_plan_get_info(plan, &info), "plan info");
   void* workspace = nullptr;
   if (info.workspace_bytes > 0) check(cudaMalloc(&workspace, info.workspace_bytes), "workspace");
+  int variables = 0;
+  for (char** entry = environ; *entry != nullptr; ++entry) ++variables;
+  std::printf("environment: %d variables\n", variables);
   std::printf("plan: kernel %s, splits %lld, workspace %llu bytes\n%s\n", info.kernel,
               static_cast<long long>(info.num_kv_splits),
               static_cast<unsigned long long>(info.workspace_bytes), fsdpa_plan_explain(plan));

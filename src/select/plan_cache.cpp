@@ -1,7 +1,10 @@
 #include "select/plan_cache.h"
 
-#include <cstdlib>
+#include <unistd.h>  // environ
+
+#include <array>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "core/validate.h"
@@ -41,6 +44,29 @@ class KeyWriter {
 static_assert(sizeof(Problem) == 104 && sizeof(Options) == 56,
               "Problem or Options changed: key every field in key_of");
 
+// The values of kPlanEnvironment's variables (nullptr: unset), in its order,
+// read in one pass over the environment, where getenv would make a pass per
+// name: every attention() call keys on them, and a process's environment
+// can hold hundreds of variables. The first definition of a name counts, as
+// for getenv.
+std::array<const char*, std::size(kPlanEnvironment)> plan_environment() {
+  constexpr char kPrefix[] = "FSDPA_";
+  constexpr size_t kPrefixLength = sizeof kPrefix - 1;
+  std::array<const char*, std::size(kPlanEnvironment)> values{};
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* text = *entry;
+    // The first byte rejects almost every other variable without a call.
+    if (text[0] != kPrefix[0] || std::strncmp(text, kPrefix, kPrefixLength) != 0) continue;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const size_t length = std::strlen(kPlanEnvironment[i]);
+      if (values[i] == nullptr && std::strncmp(text, kPlanEnvironment[i], length) == 0 &&
+          text[length] == '=')
+        values[i] = text + length + 1;
+    }
+  }
+  return values;
+}
+
 std::string key_of(const Problem& p, const Options& o) {
   KeyWriter w;
   w << p.batch << p.heads_q << p.heads_kv << p.len_q << p.len_k << p.head_dim_qk << p.head_dim_v
@@ -50,7 +76,7 @@ std::string key_of(const Problem& p, const Options& o) {
   w << o.scale.has_value() << o.scale.value_or(0.0) << o.causal << o.causal_align
     << o.window_left.has_value() << o.window_left.value_or(0) << o.policy.has_value()
     << o.policy.value_or(Policy::Auto) << o.allow_tf32 << o.softcap;
-  for (const char* name : kPlanEnvironment) w.text(std::getenv(name));
+  for (const char* value : plan_environment()) w.text(value);
   return w.take();
 }
 

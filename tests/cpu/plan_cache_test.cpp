@@ -99,6 +99,20 @@ TEST(PlanCache, EnvironmentVariablesAreInTheKey) {
   EXPECT_EQ(cache.plan(problem_with_len_k(17), {}).get(), automatic.get());
 }
 
+// The key reads the planning variables in one pass over the environment
+// (plan_cache.cpp): a longer name with the same start is another variable.
+TEST(PlanCache, OnlyTheExactNamesAreRead) {
+  detail::PlanCache cache(8);
+  EnvGuard policy("FSDPA_POLICY", nullptr);
+  EnvGuard longer("FSDPA_POLICYX", "unfused");
+  EnvGuard threads("FSDPA_NUM_THREADS", "2");
+  const auto planned = cache.plan(problem_with_len_k(17), {});
+  EXPECT_EQ(planned->path, Path::FusedPrefill);
+  EXPECT_EQ(planned->num_threads, 2);
+  EnvGuard unfused("FSDPA_POLICY", "unfused");
+  EXPECT_EQ(cache.plan(problem_with_len_k(17), {})->path, Path::Unfused);
+}
+
 TEST(PlanCache, ErrorsPropagateAndAreNotCached) {
   detail::PlanCache cache(8);
   EnvGuard policy("FSDPA_POLICY", "sometimes");
