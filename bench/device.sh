@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|runs]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -113,8 +113,13 @@ t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
   -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
-ninja -C $BUILD -j16 fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill \
-  gpu_test_paged gpu_test_nan_policy >>"$OUT/build.log" 2>&1 ||
+if [ "$STAGES" = runs ]; then
+  build_targets=(fsdpa_cli)  # the `runs` stage needs the command alone
+else
+  build_targets=(fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill
+    gpu_test_paged gpu_test_nan_policy)
+fi
+ninja -C $BUILD -j16 "${build_targets[@]}" >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
@@ -542,6 +547,20 @@ if [ "$STAGES" = verify ]; then
     say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
     grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
   fi
+fi
+
+# ------------------------------------------------------------------ runs
+# `runs`: the quickest probe, for a call with little device time left: the
+# command alone (with FSDPA_HEAD_DIMS, e.g. "96"), then `fsdpa run --device
+# cuda` once per `;`-separated argument set of RUNS.
+if [ "$STAGES" = runs ]; then
+  IFS=';' read -r -a run_sets <<<"${RUNS:-}"
+  for run_args in "${run_sets[@]}"; do
+    read -r -a args <<<"$run_args"
+    timeout "$(limit 60)" $BUILD/bin/fsdpa run --device cuda "${args[@]}" >"$OUT/run.txt" 2>&1
+    say "fsdpa run ${run_args}: rc=$?"
+    grep -E '^(kernel|loads|time|rate|output|error|fsdpa)' "$OUT/run.txt" | cut -c1-220 | tee -a "$SUMMARY"
+  done
 fi
 
 # ------------------------------------------------------------------ tests
