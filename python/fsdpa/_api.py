@@ -189,13 +189,13 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
 # everything the fsdpa_tensors struct depends on: per array its type, shape,
 # strides, dtype, device and base address modulo 16 (the row alignment); and
 # the options with their types (so that causal=1 is not served by the entry
-# of causal=True). A hit copies the entry's fsdpa_tensors template, writes
-# the data pointers and calls fsdpa_attention, whose own plan cache serves
-# the plan (its key has the environment variables planning reads) and which
-# allocates the workspace (stream-ordered on the GPU); the library checks the
-# tensors all the same. While torch captures a CUDA graph the workspace comes
-# from torch's allocator instead (its graph pool) and the entry's plan for
-# the current environment runs.
+# of causal=True). A hit calls fsdpa_attention_data on the entry's layout
+# (its fsdpa_tensors) with the new arrays' data pointers: the library's own
+# plan cache serves the plan (its key has the environment variables planning
+# reads) and it allocates the workspace (stream-ordered on the GPU); it
+# checks the tensors all the same. While torch captures a CUDA graph the
+# workspace comes from torch's allocator instead (its graph pool) and the
+# entry's plan for the current environment runs.
 
 _CACHE_CAPACITY = 256
 _plans: dict = {}

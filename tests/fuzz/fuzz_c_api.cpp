@@ -333,7 +333,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (b->view.data == nullptr && extent(b->view) != 0)
       finding("accepted a tensor the fuzzer gave no memory (its extent is not small)");
 
-  // The float64 reference into a second output.
+  // The float64 reference into a second output: the call's layout with the
+  // outputs' data replaced (fsdpa_attention_data), so that call is fuzzed too.
   Buffer ref_out = out, ref_lse = lse;
   ref_out.view.data = ref_out.bytes.empty() ? nullptr : ref_out.bytes.data();
   ref_lse.view.data = ref_lse.bytes.empty() ? nullptr : ref_lse.bytes.data();
@@ -342,7 +343,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (t.lse) r.lse = &ref_lse.view;
   fsdpa_options unfused = o;
   unfused.policy = FSDPA_POLICY_UNFUSED;
-  if (fsdpa_attention(&r, &unfused, nullptr) != FSDPA_OK)
+  auto data_of = [](const fsdpa_tensor* view) -> const void* {
+    return view != nullptr ? view->data : nullptr;
+  };
+  const void* optional[5] = {data_of(t.mask), data_of(t.sinks), data_of(r.lse),
+                             data_of(t.block_table), data_of(t.seq_lens_k)};
+  if (fsdpa_attention_data(&t, t.q.data, t.k.data, t.v.data, r.out.data, optional, &unfused,
+                           nullptr) != FSDPA_OK)
     finding(std::string("fused accepted what the reference refused: ") + fsdpa_last_error());
 
   double diff2 = 0, ref2 = 0;
