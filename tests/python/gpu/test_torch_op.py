@@ -59,6 +59,18 @@ def test_compile_fullgraph_has_no_graph_break():
     assert explanation.graph_break_count == 0
 
 
+def assert_replays_match_sdpa(graph, out, q, k, v, refill):
+    """Twice: new random data in the tensors of `refill`, a replay of
+    `graph` (which wrote `out`), then out against torch's SDPA."""
+    for _ in range(2):
+        for tensor in refill:
+            tensor.copy_(rand(*tensor.shape))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        assert error(out, want) < 1e-2
+
+
 def test_cuda_graph_capture_replays_on_new_data():
     q, k, v = rand(1, 16, 1, 128), rand(1, 2, 4096, 128), rand(1, 2, 4096, 128)
     with torch.no_grad():
@@ -66,13 +78,7 @@ def test_cuda_graph_capture_replays_on_new_data():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = ft.attention(q, k, v)
-        for _ in range(2):
-            q.copy_(rand(*q.shape))
-            k.copy_(rand(*k.shape))
-            graph.replay()
-            torch.cuda.synchronize()
-            want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-            assert error(out, want) < 1e-2
+        assert_replays_match_sdpa(graph, out, q, k, v, refill=(q, k))
 
 
 def test_cuda_graph_capture_plans_for_its_environment(monkeypatch):
@@ -95,13 +101,7 @@ def test_cuda_graph_capture_plans_for_its_environment(monkeypatch):
         info = _api._plan_info(entry.lib, plan.handle)
         assert info.num_kv_splits == 4 and info.workspace_bytes == workspace_bytes
         monkeypatch.delenv("FSDPA_DECODE_SPLITS")
-        for _ in range(2):
-            q.copy_(rand(*q.shape))
-            v.copy_(rand(*v.shape))
-            graph.replay()
-            torch.cuda.synchronize()
-            want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-            assert error(out, want) < 1e-2
+        assert_replays_match_sdpa(graph, out, q, k, v, refill=(q, v))
 
 
 def test_fast_path_outputs_are_row_major_on_every_layout():
