@@ -480,6 +480,15 @@ if [ "$STAGES" = paged ]; then
   fi
 fi
 
+# The Python GPU tests (the torch op, torch.compile, CUDA graphs, the
+# transformers backend) against the build's library, at most $1 seconds.
+run_python_gpu_tests() {
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit "$1") \
+    python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
+  say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
+  grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
+}
+
 # The host's cost of a launch by kind against the library's call
 # (bench/launch_cost.cu), built here against the build's libfsdpa.so.
 run_launch_cost() {
@@ -498,10 +507,7 @@ run_launch_cost() {
 # cluster merge), and `pip install` of the CUDA build into a fresh venv.
 if [ "$STAGES" = ecosystem ]; then
   [ "${ECOSYSTEM_SUITES:-1}" = 1 ] && run_gpu_suites 240 200 120
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 300) \
-    python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
-  say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
-  grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
+  run_python_gpu_tests 300
   mkdir -p "$OUT/bench"
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 120) python3 bench/overhead.py \
     --out "$OUT/bench/h200-overhead.json" >"$OUT/bench/h200-overhead.md" 2>&1
@@ -541,12 +547,7 @@ if [ "$STAGES" = verify ]; then
   say "overhead bench: rc=$?"
   tee -a "$SUMMARY" <"$OUT/bench/h200-overhead.md"
   run_launch_cost
-  if [ "${VERIFY_PYTHON:-0}" = 1 ]; then
-    FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 240) \
-      python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
-    say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
-    grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
-  fi
+  [ "${VERIFY_PYTHON:-0}" = 1 ] && run_python_gpu_tests 240
 fi
 
 # ------------------------------------------------------------------ runs
@@ -568,11 +569,7 @@ if [ "$STAGES" = all ] || [ "$STAGES" = tests ]; then
   run_gpu_suites 300 300 120
   (cd $BUILD && timeout $(limit 120) ctest -L gpu -R '^cli_' --output-on-failure >"$OUT/cli_gpu.log" 2>&1)
   say "cli gpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cli_gpu.log")"
-  # The Python wrapper on CUDA torch tensors, with the machine's torch python.
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit 120) \
-    python3 -m pytest -q -p no:cacheprovider tests/python/gpu >"$OUT/python_gpu.log" 2>&1
-  say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
-
+  run_python_gpu_tests 120  # the wrapper on CUDA torch tensors, with the machine's torch python
 fi
 
 # ------------------------------------------------------------------ bench

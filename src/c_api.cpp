@@ -105,13 +105,13 @@ void require(const void* pointer, const char* name) {
 // The C++ enums are 8-bit. Values that fit reach the C++ validation as they
 // are; values that do not would wrap to a valid one, so they are rejected
 // here with the same message the C++ validation gives ("<name>: <what>
-// value <v>"; name may be null). The message is made only on that error:
-// this runs for every view of every call.
+// value <v>"). The message is made only on that error: this runs for every
+// view of every call.
 template <typename Enum>
 Enum to_enum(int32_t value, const char* name, const char* what) {
   if (value < 0 || value > 255)
-    fsdpa::detail::throw_invalid((name != nullptr ? std::string(name) + ": " : std::string()) +
-                                 what + " value " + std::to_string(value));
+    fsdpa::detail::throw_invalid(std::string(name) + ": " + what + " value " +
+                                 std::to_string(value));
   return static_cast<Enum>(value);
 }
 
