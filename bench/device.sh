@@ -533,13 +533,18 @@ fi
 # `verify`: the one call after a change to code every family shares (the
 # epilogues, the NaN/Inf repair): every GPU suite, memcheck and racecheck on
 # the NaN repair of prefill, decode (a split combine, a paged pool) and MLA
-# cases, the A/B against .devbuild/base.tgz (ab_base_tables: AB_ARGS,
+# cases (and the filters VERIFY_PREFILL_SANITIZE / VERIFY_DECODE_SANITIZE of
+# the prefill and decode suites), the A/B against .devbuild/base.tgz (ab_base_tables: AB_ARGS,
 # default --quick; DECODE_ROWS), the call-overhead and launch-cost benches,
 # and with VERIFY_PYTHON=1 the Python GPU tests last.
 if [ "$STAGES" = verify ]; then
   run_gpu_suites 200 150 90
   sanitize_small gpu_test_nan_policy "${NAN_SANITIZE_FILTER:-*_bf16_*v96c3nan*:*L1x8191*bf16*win100_*:*L1x300*f32*bool*:*mla*}" 120 nan-policy
   sanitize_small gpu_test_paged 'PagedDecode.UnusedRowsContributeNothing' 120 paged-nan
+  # A changed load stage's own cases: VERIFY_PREFILL_SANITIZE and
+  # VERIFY_DECODE_SANITIZE are gtest filters of the prefill and decode suites.
+  [ -n "${VERIFY_PREFILL_SANITIZE:-}" ] && sanitize_small gpu_test_prefill "$VERIFY_PREFILL_SANITIZE" 120 prefill
+  [ -n "${VERIFY_DECODE_SANITIZE:-}" ] && sanitize_small gpu_test_decode "$VERIFY_DECODE_SANITIZE" 120 decode
   mkdir -p "$OUT/ab" "$OUT/bench"
   AB_ARGS=${AB_ARGS:---quick} ab_base_tables
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so timeout $(limit 120) python3 bench/overhead.py \
