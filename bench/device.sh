@@ -111,8 +111,14 @@ if [ -d .devbuild/deps/include ]; then
 fi
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
-  -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" >"$OUT/build.log" 2>&1 ||
+  -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" \
+  -DFSDPA_TORCH_PYTHON="$(command -v python3)" >"$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
+# The compiled torch binding, where CMake found the machine's torch: built
+# with the library, and then required by the Python GPU tests.
+TORCH_NATIVE=0
+grep -q "fsdpa: torch binding for torch" "$OUT/build.log" && TORCH_NATIVE=1
+say "torch binding: $(grep -E -o 'fsdpa: (torch binding for torch|no torch binding).*' "$OUT/build.log" | head -1)"
 if [ "$STAGES" = runs ]; then
   build_targets=(fsdpa_cli)  # the `runs` stage needs the command alone
 else
@@ -122,6 +128,12 @@ fi
 ninja -C $BUILD -j16 "${build_targets[@]}" >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
+# The binding on its own, so that a failure of it (a torch header this
+# machine's torch changed) costs the call only the binding's tests.
+if [ "$TORCH_NATIVE" = 1 ] && [ "$STAGES" != runs ]; then
+  ninja -C $BUILD fsdpa_torch_native >"$OUT/torch-binding-build.log" 2>&1 ||
+    { TORCH_NATIVE=0; say "torch binding build failed:"; grep -E -m3 -A6 "error" "$OUT/torch-binding-build.log" | cut -c1-240 | tee -a "$SUMMARY"; }
+fi
 awk '$4 ~ /instances\/.*\.o$/ {t=($2-$1)/1000; n++; s+=t; if (t>m) m=t} END {if (n) printf "instances: %d, %.1f s mean, %.1f s max each (16 parallel jobs)\n", n, s/n, m}' \
   $BUILD/.ninja_log | tee -a "$SUMMARY"
 
@@ -483,8 +495,8 @@ fi
 # The Python GPU tests (the torch op, torch.compile, CUDA graphs, the
 # transformers backend) against the build's library, at most $1 seconds.
 run_python_gpu_tests() {
-  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python timeout $(limit "$1") \
-    python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONPATH=$PWD/python FSDPA_TORCH_NATIVE=$TORCH_NATIVE \
+    timeout $(limit "$1") python3 -m pytest -q -p no:cacheprovider -rs tests/python/gpu >"$OUT/python_gpu.log" 2>&1
   say "python gpu tests: rc=$? $(tail -1 "$OUT/python_gpu.log")"
   grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/python_gpu.log" | head -30 | cut -c1-240 | tee -a "$SUMMARY"
 }

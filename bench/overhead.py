@@ -60,9 +60,25 @@ def cuda_rows(torch):
     prepared = fsdpa.prepare(q, k, v)
     sdpa = torch.nn.functional.scaled_dot_product_attention
     sync = torch.cuda.synchronize
+    from fsdpa import _api, _arrays, _capi  # noqa: PLC0415
+
+    native = _capi.torch_native()  # the compiled torch binding, or None
+    with_native = _capi._native_state
+
+    def python_path():
+        """fsdpa.attention with the binding set aside (two attribute writes more)."""
+        _capi._native_state = (None,)
+        try:
+            return fsdpa.attention(q, k, v)
+        finally:
+            _capi._native_state = with_native
+
     with torch.inference_mode():
+        calls = {"fsdpa.attention": lambda: fsdpa.attention(q, k, v)}
+        if native is not None:
+            calls["fsdpa.attention (Python path)"] = python_path
         rows = interleaved_us({
-            "fsdpa.attention": lambda: fsdpa.attention(q, k, v),
+            **calls,
             "fsdpa.torch.attention (eager)": lambda: ft.attention(q, k, v),
             "torch.ops.fsdpa.attention": lambda: torch.ops.fsdpa.attention(
                 q, k, v, None, None, None, False, "bottom_right", None, 0.0, None, False,
@@ -71,10 +87,8 @@ def cuda_rows(torch):
             "torch sdpa (enable_gqa)": lambda: sdpa(q, k, v, enable_gqa=True),
         }, sync=sync)
         # Where a fast-path call's time goes: each piece alone, same tensors.
-        from fsdpa import _api, _arrays, _capi  # noqa: PLC0415
-
         _api._plans.clear()
-        fsdpa.attention(q, k, v)
+        python_path()
         entry = next(iter(_api._plans.values()))
         out_spare = torch.empty((1, 32, 1, 128), dtype=q.dtype, device="cuda")
         # The entry's layout with this call's data, as fsdpa_attention and
@@ -114,6 +128,9 @@ def cuda_rows(torch):
             "piece: entry.run": lambda: entry.run(q, [q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                                       0, 0, 0, 0, 0, 0], None),
         }
+        if native is not None:
+            pieces["piece: the binding's attention alone"] = lambda: native.attention(
+                q, k, v, entry.options_address, False, None, None, None, None, None)
         for name, piece in pieces.items():
             rows[name] = per_call_us(piece, sync=sync)
         # The GPU's own time per call: the calls replayed from a CUDA graph
@@ -177,6 +194,7 @@ def main():
 
         shape, rows = cuda_rows(torch)
         results["cuda"] = {"shape": shape, "us_per_call": rows,
+                           "torch_binding": fsdpa._capi.torch_native() is not None,
                            "ratio_to_torch_sdpa": rows["fsdpa.attention"]
                            / rows["torch sdpa (enable_gqa)"],
                            "note": "piece: rows time one part of the fast path alone"}
@@ -194,7 +212,8 @@ def main():
             print(f"| {device} | {name} | {us:.1f} |")
     print(f"cpu: attention / prepared = {results['cpu']['ratio_to_prepared']:.2f}")
     if "cuda" in results:
-        print(f"cuda: attention / torch sdpa = {results['cuda']['ratio_to_torch_sdpa']:.2f}")
+        print(f"cuda: attention / torch sdpa = {results['cuda']['ratio_to_torch_sdpa']:.2f}"
+              f" (torch binding {'loaded' if results['cuda']['torch_binding'] else 'absent'})")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-fr
 mkdir -p build-asan
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DFSDPA_CUDA=OFF -DFSDPA_BUILD_BENCH=OFF -DFSDPA_FUZZ=ON \
-  -DFSDPA_REQUIRE_PYTHON_TESTS=OFF \
+  -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_TORCH_EXTENSION=OFF \
   "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags -fsanitize=fuzzer-no-link" \
   >build-asan/configure.log || { cat build-asan/configure.log; exit 1; }
 cmake --build build-asan -j "$(nproc)"

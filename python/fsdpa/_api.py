@@ -196,12 +196,39 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
 # checks the tensors all the same. While torch captures a CUDA graph the
 # workspace comes from torch's allocator instead (its graph pool) and the
 # entry's plan for the current environment runs.
+#
+# Torch tensors go first to the compiled torch binding where it was built
+# (_capi.torch_native): one call that reads the layouts, allocates the
+# outputs and calls fsdpa_attention, with no key. What it hands back (graph
+# capture, empty tensors, ...) takes the keyed path.
 
 _CACHE_CAPACITY = 256
 _plans: dict = {}
 # attention()'s options_key for its default options (the common call).
 _DEFAULT_OPTIONS_KEY = (None, type(None), False, bool, "bottom_right", None, type(None), None,
                         False, bool, None, type(None))
+
+
+# The torch binding's options, by options_key: (fsdpa_options, its address).
+# A call holds its pair while it runs, so dropping the dict's entries (when
+# it outgrows the cache's capacity) frees none in use.
+_native_options: dict = {}
+
+
+def _options_of_key(options_key):
+    """The fsdpa_options of attention()'s options_key (raising for bad ones)."""
+    scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, _, softcap, _ = (
+        options_key)
+    return _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
+
+
+def _new_native_options(options_key):
+    options = _options_of_key(options_key)
+    pair = (options, ctypes.addressof(options))
+    if len(_native_options) >= _CACHE_CAPACITY:
+        _native_options.clear()
+    _native_options[options_key] = pair
+    return pair
 
 
 def _remember(key, entry):
@@ -231,6 +258,13 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
     if torch is not None and kind is torch.Tensor:
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return None  # the general path raises
+        native = _capi.torch_native()
+        if native is not None:
+            options = _native_options.get(options_key) or _new_native_options(options_key)
+            result = native.attention(q, k, v, options[1], return_lse, mask, sinks, out,
+                                      block_table, seq_lens_k)
+            if result is not None:
+                return result  # else a case the binding hands back (_torch_native.cpp)
         # The device as three cheap reads rather than a torch.device object:
         # CPU (True, False, -1), cuda:n (False, True, n); any other type
         # matches no entry (the general path refuses it).
@@ -271,10 +305,8 @@ def _fast_attention(q, k, v, mask, sinks, out, return_lse, options_key, block_ta
     key = tuple(parts)
     entry = _plans.get(key)
     if entry is None:
-        scale, _, causal, _, causal_align, window_left, _, policy, allow_tf32, _, softcap, _ = (
-            options_key)
-        options = _options(scale, causal, causal_align, window_left, policy, allow_tf32, softcap)
-        entry = _Entry(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k, options)
+        entry = _Entry(q, k, v, mask, sinks, out, return_lse, block_table, seq_lens_k,
+                       _options_of_key(options_key))
         _remember(key, entry)
     return entry.run(q, pointers, out)
 

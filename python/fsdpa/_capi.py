@@ -2,12 +2,15 @@
 constants, the function prototypes, and finding the shared library."""
 
 import ctypes
+import importlib.machinery
+import importlib.util
 import os
 import sys
 import threading
+import warnings
 from pathlib import Path
 
-from ._errors import LibraryNotFound, error_for_status
+from ._errors import InvalidArgument, LibraryNotFound, error_for_status
 
 # Must equal FSDPA_ABI_VERSION of the library (c_api.h).
 ABI_VERSION = 4
@@ -204,12 +207,13 @@ def _declare(lib):
 
 _lock = threading.Lock()
 _lib = None
+_lib_path = None
 
 
 def library():
     """The loaded library (loaded on first use, so `import fsdpa` works
     before it is built)."""
-    global _lib
+    global _lib, _lib_path
     if _lib is not None:
         return _lib
     with _lock:
@@ -230,7 +234,7 @@ def library():
                 raise LibraryNotFound(
                     f"fsdpa: {path} has C ABI version {abi}, this wrapper needs {ABI_VERSION}; "
                     "rebuild the library or use the matching python/fsdpa")
-            _lib = lib
+            _lib, _lib_path = lib, path
     return _lib
 
 
@@ -264,3 +268,66 @@ def check(status):
     if status != OK:
         message = library().fsdpa_last_error().decode("utf-8", "replace")
         raise error_for_status(status, message)
+
+
+# ------------------------------------------------------------------ torch binding
+# The compiled torch binding (python/fsdpa/_torch_native.cpp, built where
+# CMake finds torch): a Python extension module beside the library file,
+# named for this interpreter (_torch_native + its extension suffix). It
+# calls the library this module loaded, through the addresses of its
+# functions. FSDPA_TORCH_NATIVE: "0" never loads it (the Python fast
+# path runs), "1" requires it, unset loads it where it is.
+_native_lock = threading.Lock()
+_native_state = None  # (module or None,) once looked for
+
+
+def torch_native():
+    """The torch binding set up on the library, or None where there is none
+    (or FSDPA_TORCH_NATIVE=0). Call only once torch is imported."""
+    state = _native_state
+    if state is None:
+        state = _load_torch_native()
+    return state[0]
+
+
+def _load_torch_native():
+    global _native_state
+    with _native_lock:
+        if _native_state is not None:
+            return _native_state
+        setting = os.environ.get("FSDPA_TORCH_NATIVE", "")
+        if setting not in ("", "0", "1"):
+            raise InvalidArgument(
+                f"fsdpa: FSDPA_TORCH_NATIVE: expected 0 or 1 (or unset), got {setting!r}")
+        module = None if setting == "0" else _import_torch_native(required=setting == "1")
+        _native_state = (module,)
+        return _native_state
+
+
+def _import_torch_native(required):
+    lib = library()
+    path = _lib_path.parent / ("_torch_native" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if not path.is_file():
+        if required:
+            raise LibraryNotFound(
+                f"fsdpa: FSDPA_TORCH_NATIVE=1 but there is no {path} (the fsdpa_torch_native "
+                "target, built where CMake finds torch)")
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("fsdpa._torch_native", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        abi = module.abi_version()
+        if abi != ABI_VERSION:
+            raise ImportError(f"it has C ABI version {abi}, this wrapper needs {ABI_VERSION}")
+    except ImportError as error:  # built for another torch or another library
+        message = f"fsdpa: cannot load the torch binding {path}: {error}"
+        if required:
+            raise LibraryNotFound(message) from error
+        warnings.warn(message + "; the Python path runs", RuntimeWarning, stacklevel=3)
+        return None
+    module.set_library(*(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                         for name in ("fsdpa_attention", "fsdpa_plan_create",
+                                      "fsdpa_plan_get_info", "fsdpa_run",
+                                      "fsdpa_plan_destroy")), check)
+    return module

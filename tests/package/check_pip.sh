@@ -2,7 +2,8 @@
 # `pip install --no-build-isolation .` from a copy of the source tree (what a
 # clean clone has: tracked and unignored files) into a fresh venv, then
 # `import fsdpa` from elsewhere with no FSDPA_LIBRARY or PYTHONPATH: the
-# wheel must carry the library. CPU-only build (the CUDA build of the same
+# wheel must carry the library (and the torch binding, where the Python has
+# torch). CPU-only build (the CUDA build of the same
 # setup.py runs on the GPU machine: bench/device.sh ecosystem).
 #   check_pip.sh SOURCE_DIR WORK_DIR PYTHON
 set -euo pipefail
@@ -31,9 +32,15 @@ path = fsdpa.library_path()
 assert "/site-packages/fsdpa/lib/" in path, path
 q = np.ones((1, 2, 3, 8), np.float32)
 assert np.allclose(fsdpa.attention(q, q, q), 1.0)
-if fsdpa.backend_built("cuda"):
+try:
     import torch
-
+except ImportError:
+    torch = None
+if torch is not None:  # the wheel carries the torch binding, built for this torch
+    assert fsdpa._capi.torch_native() is not None, "no torch binding in the wheel"
+    t = torch.ones((1, 2, 3, 8))
+    assert torch.allclose(fsdpa.attention(t, t, t), torch.ones(()))
+if fsdpa.backend_built("cuda"):
     x = torch.ones((1, 2, 3, 64), device="cuda", dtype=torch.float16)
     assert torch.allclose(fsdpa.attention(x, x, x).float(), torch.ones(()).cuda())
 print("pip install ok:", fsdpa.version(), path, "cuda" if fsdpa.backend_built("cuda") else "")

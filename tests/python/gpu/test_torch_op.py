@@ -82,11 +82,13 @@ def test_cuda_graph_capture_replays_on_new_data():
 
 
 def test_cuda_graph_capture_plans_for_its_environment(monkeypatch):
-    # The fast path's entry is made with one split; the capture runs under
-    # four, and the entry's plan for it is one of four splits (with the
-    # workspace that plan needs, from torch's graph pool).
-    from fsdpa import _api  # noqa: PLC0415
+    # The Python fast path (the torch binding set aside): its entry is made
+    # with one split; the capture runs under four, and the entry's plan for
+    # it is one of four splits (with the workspace that plan needs, from
+    # torch's graph pool).
+    from fsdpa import _api, _capi  # noqa: PLC0415
 
+    monkeypatch.setattr(_capi, "_native_state", (None,))
     q, k, v = rand(1, 16, 1, 128), rand(1, 2, 4096, 128), rand(1, 2, 4096, 128)
     _api._plans.clear()
     with torch.no_grad():
