@@ -10,7 +10,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 from setuptools import Distribution, setup
@@ -34,18 +33,31 @@ class BuildWithLibrary(build_py):
                      "-DFSDPA_BUILD_TESTS=OFF", "-DFSDPA_BUILD_TOOLS=OFF",
                      "-DFSDPA_BUILD_BENCH=OFF", f"-DFSDPA_TORCH_PYTHON={sys.executable}"]
         configure += shlex.split(os.environ.get("FSDPA_CMAKE_ARGS", ""))
-        binding = build_dir / ("_torch_native" + sysconfig.get_config_var("EXT_SUFFIX"))
-        binding.unlink(missing_ok=True)  # an earlier build's, perhaps for another torch
         subprocess.check_call(configure)
-        # The default target: the library (shared and static) and the torch
-        # binding where CMake configured it.
-        subprocess.check_call(["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 1)])
+        jobs = ["-j", str(os.cpu_count() or 1)]
+        subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "fsdpa", *jobs])
         library = (build_dir / "libfsdpa.so").resolve()  # the versioned file itself
         destination = Path(self.build_lib) / "fsdpa" / "lib"
         destination.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(library, destination / "libfsdpa.so")
-        if binding.is_file():
-            shutil.copyfile(binding, destination / binding.name)
+        # The torch binding where CMake configured it (torch_binding.txt
+        # names it). Under the default FSDPA_TORCH_EXTENSION=AUTO a binding
+        # that does not compile (a torch whose headers changed) leaves the
+        # wheel with the library alone, whose Python path serves torch too.
+        marker = build_dir / "torch_binding.txt"
+        if not marker.is_file():
+            return
+        binding = build_dir / marker.read_text().strip()
+        binding.unlink(missing_ok=True)  # an earlier build's
+        built = subprocess.call(["cmake", "--build", str(build_dir), "--target",
+                                 "fsdpa_torch_native", *jobs])
+        if built != 0:
+            if "-DFSDPA_TORCH_EXTENSION=ON" in configure:
+                raise subprocess.CalledProcessError(built, "fsdpa_torch_native")
+            print("fsdpa: the torch binding did not build; the wheel carries the library alone",
+                  file=sys.stderr)
+            return
+        shutil.copyfile(binding, destination / binding.name)
 
 
 class BinaryDistribution(Distribution):

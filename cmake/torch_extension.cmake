@@ -102,11 +102,15 @@ print(torch.__version__)
     target_include_directories(fsdpa_torch_native SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
   endif()
   fsdpa_warnings(fsdpa_torch_native)
+  file(WRITE ${CMAKE_BINARY_DIR}/torch_binding.txt "_torch_native${ext_suffix}\n")
   message(STATUS "fsdpa: torch binding for torch ${torch_version} of ${python} (CUDA ${cuda})")
   set(fsdpa_torch_skip "" PARENT_SCOPE)
   set(FSDPA_TORCH_NATIVE_PYTHON ${python} PARENT_SCOPE)  # the Python tests require it under this one
 endfunction()
 
+# torch_binding.txt in the build directory names the module where the target
+# is configured (setup.py reads it).
+file(REMOVE ${CMAKE_BINARY_DIR}/torch_binding.txt)
 if(NOT FSDPA_TORCH_EXTENSION STREQUAL "OFF")
   fsdpa_torch_extension()
   if(fsdpa_torch_skip)
