@@ -170,7 +170,7 @@ py::object attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::Tensor lse;
   if (return_lse) {
     lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(at::kFloat));
-    to_view(lse, optional[4]);
+    if (!to_view(lse, optional[4])) return py::none();
     tensors.lse = &optional[4];
   }
   const auto* fsdpa_options_of_call = reinterpret_cast<const fsdpa_options*>(options);

@@ -82,3 +82,29 @@ def assert_close(out, want_out, lse=None, want_lse=None):
 
 def randn(rng, shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
+
+
+class TorchBindingSpy:
+    """The compiled torch binding with its calls counted: served (a result)
+    and handed back (None, for the Python path)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.served = self.handed_back = 0
+
+    def attention(self, *args):
+        result = self.module.attention(*args)
+        if result is None:
+            self.handed_back += 1
+        else:
+            self.served += 1
+        return result
+
+
+def spy_on_torch_binding(monkeypatch):
+    """Puts a TorchBindingSpy in the binding's place for one test."""
+    from fsdpa import _capi
+
+    spy = TorchBindingSpy(_capi.torch_native())
+    monkeypatch.setattr(_capi, "_native_state", (spy,))
+    return spy

@@ -10,7 +10,7 @@ import pytest
 import fsdpa
 from fsdpa import _api, _capi
 from fsdpa._errors import InvalidArgument, LibraryNotFound
-from fsdpa_testing import assert_close, reference, relative_error
+from fsdpa_testing import assert_close, reference, relative_error, spy_on_torch_binding
 
 torch = pytest.importorskip("torch")
 
@@ -18,27 +18,9 @@ if _capi.torch_native() is None:
     pytest.skip("no torch binding beside the library", allow_module_level=True)
 
 
-class Spy:
-    """The binding with its calls and their results counted."""
-
-    def __init__(self, module):
-        self.module = module
-        self.served = self.handed_back = 0
-
-    def attention(self, *args):
-        result = self.module.attention(*args)
-        if result is None:
-            self.handed_back += 1
-        else:
-            self.served += 1
-        return result
-
-
 @pytest.fixture
 def spy(monkeypatch):
-    spy = Spy(_capi.torch_native())
-    monkeypatch.setattr(_capi, "_native_state", (spy,))
-    return spy
+    return spy_on_torch_binding(monkeypatch)
 
 
 @pytest.fixture

@@ -23,32 +23,14 @@ if _capi.torch_native() is None:
     pytest.skip("no torch binding beside the library", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fsdpa_testing import reference, relative_error  # noqa: E402
+from fsdpa_testing import reference, relative_error, spy_on_torch_binding  # noqa: E402
 
 F = torch.nn.functional
 
 
-class Spy:
-    """The binding with its calls and their results counted."""
-
-    def __init__(self, module):
-        self.module = module
-        self.served = self.handed_back = 0
-
-    def attention(self, *args):
-        result = self.module.attention(*args)
-        if result is None:
-            self.handed_back += 1
-        else:
-            self.served += 1
-        return result
-
-
 @pytest.fixture
 def spy(monkeypatch):
-    spy = Spy(_capi.torch_native())
-    monkeypatch.setattr(_capi, "_native_state", (spy,))
-    return spy
+    return spy_on_torch_binding(monkeypatch)
 
 
 def rand(*shape, dtype=torch.bfloat16):
