@@ -68,6 +68,14 @@ print(torch.__version__)
     set(fsdpa_torch_skip "${python}: no Python.h in ${python_include} (Debian: python3-dev)" PARENT_SCOPE)
     return()
   endif()
+  # torch's Python headers include pybind11's, which a distribution may
+  # package apart (Debian: pybind11-dev).
+  find_path(fsdpa_pybind11_include pybind11/pybind11.h HINTS ${includes} ${python_include}
+    NO_CACHE)
+  if(NOT fsdpa_pybind11_include)
+    set(fsdpa_torch_skip "${python}: no pybind11/pybind11.h beside torch's headers or in the system's (Debian: pybind11-dev)" PARENT_SCOPE)
+    return()
+  endif()
   set(libraries)
   set(names torch torch_cpu c10 torch_python)
   set(cuda 0)
