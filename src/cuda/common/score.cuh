@@ -12,17 +12,24 @@ namespace fsdpa::detail::cuda {
 // `inverse_cap` is 1 / cap, worked out once per launch or thread.
 //
 // tanh(y) = 1 - 2 / (1 + e^(2y)), with e^(2y) on the ex2 unit and the
-// division by the reciprocal unit: two special-function instructions and an
-// absolute error near 1e-7 in tanh (so ~1e-7 * c in the score). tanhf is
+// reciprocal on the reciprocal unit: two special-function instructions and
+// an absolute error near 1e-7 in tanh (so ~1e-7 * c in the score). tanhf is
 // ~20 instructions with branches; tanh.approx's 2^-11 relative error times
-// caps of ~50 moves logits by more than the f16 tolerance allows. The
-// exponent is clamped at 64 (e^(2y) = 2^64: tanh is 1 in float there) so
-// the sum stays finite; NaN fails the comparison and propagates.
+// caps of ~50 moves logits by more than the f16 tolerance allows. A large
+// x makes e^(2y) infinite and its reciprocal 0 (the score: the cap); NaN
+// propagates.
+//
+// soft_cap_weight is the reciprocal 1 / (1 + e^(2y)) of x times
+// `exponent_factor` = 2 log2(e) / cap times whatever takes x into the cap's
+// units (a kernel folds its score scale in there), so that the cap is
+// cap - 2 cap * weight: one FMA, into which a kernel can fold its own
+// subtraction (prefill's CappedScores).
+inline constexpr float kTwoLog2e = 2.0f * kLog2e;
+__device__ __forceinline__ float soft_cap_weight(float x, float exponent_factor) {
+  return fast_rcp(1.0f + fast_exp2(x * exponent_factor));
+}
 __device__ __forceinline__ float soft_cap(float x, float cap, float inverse_cap) {
-  constexpr float kTwoLog2e = 2.0f * kLog2e;
-  float exponent = x * (kTwoLog2e * inverse_cap);
-  exponent = exponent > 64.0f ? 64.0f : exponent;
-  return cap - __fdividef(2.0f * cap, 1.0f + fast_exp2(exponent));
+  return fmaf(-2.0f * cap, soft_cap_weight(x, kTwoLog2e * inverse_cap), cap);
 }
 
 }  // namespace fsdpa::detail::cuda

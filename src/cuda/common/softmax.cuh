@@ -18,6 +18,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1/x with the special-function unit; rcp(+-inf) = +-0.
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Reductions over the 4 lanes of a quad (lanes 4g..4g+3 hold one
 // accumulator row of an mma tile).
 __device__ __forceinline__ float quad_max(float x) {

@@ -293,6 +293,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   using namespace decode_kernel;
   using prefill_impl::p_fragment;
   using prefill_impl::rescale_output;
+  using prefill_impl::ScaledScores;
   using prefill_impl::softmax_scores;
 
   extern __shared__ unsigned char shared_raw[];
@@ -508,8 +509,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
           }
       }
       float correction[1][2];
-      const bool rescale =
-          softmax_scores(s, row_max, row_sum, correction, full_tile ? p.scale_log2 : 1.f);
+      const bool rescale = softmax_scores(s, row_max, row_sum, correction,
+                                          ScaledScores{full_tile ? p.scale_log2 : 1.f});
       if (rescale && it > 0) rescale_output(o, correction);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) p_fragment<T>(pa[kk], s[0], kk);

@@ -339,10 +339,9 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   auto softmax_to_p = [&](int tile) {
     const int k0 = (tile_begin + tile) * kTileK;
     const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
-    const float score_scale =
-        prepare_scores<kSoftCap>(s, sem, need_mask, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[1][2];
-    const bool rescale = softmax_scores(s, row_max, row_sum, correction, score_scale);
+    const bool rescale = softmax_tile<kSoftCap>(s, row_max, row_sum, correction, p, need_mask,
+                                                row_of, k0, quad, batch, head);
     pin_registers(s[0]);  // the softmax is done before the wait below, not after
     wgmma_wait<0>();
     pin_registers(o[0]);

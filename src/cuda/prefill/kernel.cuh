@@ -21,7 +21,7 @@ namespace fsdpa::detail::cuda {
 
 // kTileCode (encode_tile) is the tuning table's row but in
 // bench/prefill_tune.cu, which times others. kSoftCap: the instance for calls
-// with a soft cap (prepare_scores caps every tile); as a runtime branch it
+// with a soft cap (softmax_tile caps every tile); as a runtime branch it
 // slowed the calls without one (bench/NOTES.md, session 11).
 template <int kDqk, int kDv, typename T, int kTileCode, bool kSoftCap>
 __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
@@ -147,10 +147,10 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
     }
 
     const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
-    const float score_scale =
-        prepare_scores<kSoftCap>(s, sem, need_mask, row_of, k0, quad, p.scale_log2, batch, head);
     float correction[kRowTiles][2];
-    if (softmax_scores(s, row_max, row_sum, correction, score_scale)) rescale_output(o, correction);
+    if (softmax_tile<kSoftCap>(s, row_max, row_sum, correction, p, need_mask, row_of, k0, quad,
+                               batch, head))
+      rescale_output(o, correction);
 
     // O += P V: the S accumulators are already in the A-fragment layout.
     const uint32_t v_fragment_base =

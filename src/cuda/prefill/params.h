@@ -50,6 +50,10 @@ struct PrefillParams {
   int hopper_load = 0;
   int staged_packed = 0;
   float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
+  // The soft cap (semantics.softcap > 0) as CappedScores reads it: the cap
+  // in log2 units, twice that, and soft_cap_weight's factor of a raw
+  // product (scale_log2 * 2 log2(e) / cap), worked out once on the host.
+  float softcap_log2 = 0.0f, two_softcap_log2 = 0.0f, softcap_exponent = 0.0f;
   MaskSemantics semantics;
 };
 

@@ -276,6 +276,13 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
       plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket : v_slice_columns(p.head_dim_v));
   params.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
   params.semantics = make_mask_semantics(p, plan.options, t);
+  if (plan.options.softcap > 0.0) {
+    const double cap_log2 = plan.options.softcap * 1.4426950408889634;
+    params.softcap_log2 = static_cast<float>(cap_log2);
+    params.two_softcap_log2 = static_cast<float>(2.0 * cap_log2);
+    params.softcap_exponent =
+        static_cast<float>(plan.scale * 1.4426950408889634 * 2.0 * 1.4426950408889634 / cap_log2);
+  }
   return params;
 }
 

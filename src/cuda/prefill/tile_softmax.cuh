@@ -74,30 +74,42 @@ __device__ __forceinline__ bool tile_needs_mask(const MaskSemantics& sem, int k0
   return sem.mask_kind != 0 || k0 + kKeyTiles * 8 > first.end || k0 < last.begin;
 }
 
-// A tile that needs no mask but the soft cap (kSoftCap instances): scales
-// its scores into the exp2 domain and caps them, so the softmax takes them
-// with a score scale of 1 like masked ones.
-template <int kRowTiles, int kKeyTiles>
-__device__ __forceinline__ void cap_scores(float (&s)[kRowTiles][kKeyTiles][4],
-                                           const MaskSemantics& sem, float scale_log2) {
-  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[m][n][e] = soft_cap(s[m][n][e] * scale_log2, cap, inverse_cap);
-}
+// How a kernel reads a tile's raw products as exp2-domain values: value(x),
+// and 2^(value(x) - base) in one piece (exp2). Both maps are monotone, so a
+// tile's largest value is the value of its largest product.
+// - ScaledScores: the product times `scale` (the score scale, folded into
+//   the exp2's FMA; 1 for values a mask pass already mapped).
+// - CappedScores: the product under the soft cap (kSoftCap instances):
+//   cap - 2 cap * soft_cap_weight(x) (score.cuh), with the score scale in
+//   the weight's exponent and `- base` in the same FMA; the constants are
+//   the kernel parameters the host worked out.
+struct ScaledScores {
+  float scale;
+  __device__ __forceinline__ float value(float x) const { return x * scale; }
+  __device__ __forceinline__ float exp2(float x, float base) const {
+    return fast_exp2(fmaf(x, scale, -base));
+  }
+};
+struct CappedScores {
+  const PrefillParams& p;
+  __device__ __forceinline__ float value(float x) const {
+    return fmaf(-p.two_softcap_log2, soft_cap_weight(x, p.softcap_exponent), p.softcap_log2);
+  }
+  __device__ __forceinline__ float exp2(float x, float base) const {
+    return fast_exp2(
+        fmaf(-p.two_softcap_log2, soft_cap_weight(x, p.softcap_exponent), p.softcap_log2 - base));
+  }
+};
 
-// Scales the tile's scores into the exp2 domain, soft-caps them (kSoftCap),
-// and masks them: -inf outside a row's visible keys, plus the array mask (in
-// log2 units) where one applies.
-template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
+// Maps the tile's products to exp2-domain values (`map`) and masks them:
+// -inf outside a row's visible keys, plus the array mask (in log2 units)
+// where one applies.
+template <int kRowTiles, int kKeyTiles, typename Map, typename RowOf>
 __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
-                                            const MaskSemantics& sem, const RowOf& row_of, int k0,
-                                            int quad, float scale_log2, int batch, int head) {
+                                            const MaskSemantics& sem, const Map& map,
+                                            const RowOf& row_of, int k0, int quad, int batch,
+                                            int head) {
   const int len_q = static_cast<int>(sem.len_q);
-  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
@@ -114,8 +126,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
           const int key = k0 + n * 8 + 2 * quad + e;
           float value = kMinusInf;
           if (key >= range.begin && key < range.end) {
-            value = s[m][n][2 * r + e] * scale_log2;
-            if constexpr (kSoftCap) value = soft_cap(value, cap, inverse_cap);
+            value = map.value(s[m][n][2 * r + e]);
             if (masked_row)
               value += load_mask_value(sem.mask, sem.mask_dtype,
                                        mask_row_offset + key * sem.mask_strides[3]) *
@@ -126,42 +137,19 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
     }
 }
 
-// Scales and (kSoftCap) caps the tile's scores and returns the score scale
-// the softmax still applies: a tile that needs a mask (need_mask) goes
-// through mask_scores; an unmasked one keeps raw scores, and the scale joins
-// the exp2's FMA, unless it is capped.
-template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
-__device__ __forceinline__ float prepare_scores(float (&s)[kRowTiles][kKeyTiles][4],
-                                                const MaskSemantics& sem, bool need_mask,
-                                                const RowOf& row_of, int k0, int quad,
-                                                float scale_log2, int batch, int head) {
-  if (need_mask) {
-    mask_scores<kSoftCap>(s, sem, row_of, k0, quad, scale_log2, batch, head);
-    return 1.0f;
-  }
-  if constexpr (kSoftCap) {
-    cap_scores(s, sem, scale_log2);
-    return 1.0f;
-  }
-  return scale_log2;
-}
-
 // Online softmax with lazy rescaling: turns the scores into P = 2^(S - max)
-// in place and updates the row maxima and partial sums; returns whether any
-// row of the warp moved its max, and then O must be multiplied by
-// `correction` (rescale_output) before P V joins it. The reference max moves
-// only when the tile's max exceeds it by more than kRescaleSlack (log2 units),
-// so P stays below 2^kRescaleSlack and most tiles skip the O *= correction
-// pass (Dv / 2 multiplies per row tile and lane); the final division by the
-// row sum cancels whichever max was used. `score_scale` is 1 for masked
-// (already scaled) scores, else the scale in log2 units, folded into the
-// exp2's FMA (scale > 0, so the raw maximum scales to the scaled one).
-template <int kRowTiles, int kKeyTiles>
+// in place (S the values `map` reads) and updates the row maxima and
+// partial sums; returns whether any row of the warp moved its max, and then
+// O must be multiplied by `correction` (rescale_output) before P V joins
+// it. The reference max moves only when the tile's max exceeds it by more
+// than kRescaleSlack (log2 units), so P stays below 2^kRescaleSlack and most
+// tiles skip the O *= correction pass (Dv / 2 multiplies per row tile and
+// lane); the final division by the row sum cancels whichever max was used.
+template <int kRowTiles, int kKeyTiles, typename Map>
 __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][4],
                                                float (&row_max)[kRowTiles][2],
                                                float (&row_sum)[kRowTiles][2],
-                                               float (&correction)[kRowTiles][2],
-                                               float score_scale) {
+                                               float (&correction)[kRowTiles][2], const Map& map) {
   bool any_rescale = false;
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
@@ -171,7 +159,7 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n)
         tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-      tile_max = quad_max(tile_max) * score_scale;
+      tile_max = map.value(quad_max(tile_max));
       // -inf + slack is -inf: a row's first tile with a visible key always moves it.
       const bool move = tile_max > row_max[m][r] + kRescaleSlack;
       correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
@@ -183,13 +171,37 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n) {
-        s[m][n][2 * r] = fast_exp2(fmaf(s[m][n][2 * r], score_scale, -base));
-        s[m][n][2 * r + 1] = fast_exp2(fmaf(s[m][n][2 * r + 1], score_scale, -base));
+        s[m][n][2 * r] = map.exp2(s[m][n][2 * r], base);
+        s[m][n][2 * r + 1] = map.exp2(s[m][n][2 * r + 1], base);
         sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
       }
       row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
     }
   return __any_sync(0xffffffffu, any_rescale);
+}
+
+// The softmax side of a key tile: a tile that needs a mask (need_mask) goes
+// through mask_scores and takes its values as they are; an unmasked one
+// keeps its raw products, which the softmax scales (or, in kSoftCap
+// instances, caps) as it reads them. Returns softmax_scores' answer. The
+// uncapped instances run one softmax for both kinds of tile (a scale of 1
+// or the score scale).
+template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
+__device__ __forceinline__ bool softmax_tile(
+    float (&s)[kRowTiles][kKeyTiles][4], float (&row_max)[kRowTiles][2],
+    float (&row_sum)[kRowTiles][2], float (&correction)[kRowTiles][2], const PrefillParams& p,
+    bool need_mask, const RowOf& row_of, int k0, int quad, int batch, int head) {
+  if constexpr (kSoftCap) {
+    const CappedScores capped{p};
+    if (!need_mask) return softmax_scores(s, row_max, row_sum, correction, capped);
+    mask_scores(s, p.semantics, capped, row_of, k0, quad, batch, head);
+    return softmax_scores(s, row_max, row_sum, correction, ScaledScores{1.0f});
+  } else {
+    if (need_mask)
+      mask_scores(s, p.semantics, ScaledScores{p.scale_log2}, row_of, k0, quad, batch, head);
+    return softmax_scores(s, row_max, row_sum, correction,
+                          ScaledScores{need_mask ? 1.0f : p.scale_log2});
+  }
 }
 
 template <int kRowTiles, int kDvTiles>
