@@ -35,7 +35,8 @@
 # `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
-# memcheck/racecheck on a small paged grid, paged_bench.py, and with
+# memcheck/racecheck on a small paged grid (and PAGED_DECODE_SANITIZE of
+# the decode suite), paged_bench.py (PAGED_ARGS, e.g. --loads-ab), and with
 # AB_BASE=1 the decode rows DECODE_ROWS against .devbuild/base.tgz
 # (PAGED_SUITES=all: the prefill and unfused suites too).
 # `coverage` is the loop for the head dims above 256 and the soft cap: the
@@ -484,6 +485,9 @@ if [ "$STAGES" = paged ]; then
   tail -5 "$OUT/bench-paged.log" | grep -E "Error|error" | tee -a "$SUMMARY"
   [ "${PAGED_SUITES:-decode}" != none ] &&
     sanitize_small gpu_test_paged 'PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools' 120 paged
+  # PAGED_DECODE_SANITIZE: a gtest filter of the decode suite to sanitize too
+  # (the dense side of a changed decode load stage).
+  [ -n "${PAGED_DECODE_SANITIZE:-}" ] && sanitize_small gpu_test_decode "$PAGED_DECODE_SANITIZE" 120 decode
   if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
     build_ab_base
     for rep in 1 2; do
