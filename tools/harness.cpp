@@ -17,6 +17,7 @@
 #include "core/semantics.h"
 #include "core/tensor.h"
 #include "cpu/cpu.h"
+#include "select/table.h"
 #include "sgemm_baseline.h"
 #include "usage_error.h"
 
@@ -799,6 +800,31 @@ bool CaseSpec::bandwidth_bound() const {
   return len_q <= 16;
 }
 
+namespace {
+
+// The plan of the selection-table row named `name` (plan_for_row), which
+// must be of the problem's backend and serve the problem, or decline it only
+// because it is another row's (the decode limit, say): else Unsupported
+// with the row's reason.
+Plan plan_on_row(const Problem& problem, const Options& options, const std::string& name) {
+  const auto table = detail::selection_table();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const detail::KernelRow& row = table[i];
+    if (name != row.name) continue;
+    const Backend backend = problem.device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
+    if (row.backend != backend)
+      throw Unsupported("fsdpa: row " + name + " is a " + to_string(row.backend) +
+                        " row; the problem is on " + to_string(backend));
+    const detail::Verdict verdict = row.supports(problem, options);
+    if (!verdict.ok && !verdict.routed)
+      throw Unsupported("fsdpa: row " + name + " does not serve the problem: " + verdict.reason);
+    return detail::plan_for_row(problem, options, static_cast<int>(i));
+  }
+  throw InvalidArgument("fsdpa: no selection-table row named '" + name + "'");
+}
+
+}  // namespace
+
 // ----------------------------------------------------------------- public
 
 Problem describe_case(const CaseSpec& c) {
@@ -899,7 +925,7 @@ CaseResult run_case(const CaseSpec& c, const Settings& settings) {
 
     // Plan first: an unsupported shape allocates nothing.
     const Problem problem = describe_case(c);
-    r.plan = plan(problem, c.options);
+    r.plan = c.row.empty() ? plan(problem, c.options) : plan_on_row(problem, c.options, c.row);
     const Plan& p = *r.plan;
 
     CaseData d;

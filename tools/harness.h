@@ -42,6 +42,9 @@ struct CaseSpec {
   // Empty: every sequence has len_k keys.
   std::vector<int64_t> seq_lens;
   Options options;
+  // The selection-table row to plan on (fsdpa run --row: an A/B of a row
+  // plan() ranks below another); empty: plan()'s choice.
+  std::string row;
 
   // Block-table columns: len_k in whole pages (0 when dense).
   int64_t pages_per_sequence() const;

@@ -25,6 +25,7 @@
 #include "harness.h"
 #include "presets.h"
 #include "report.h"
+#include "select/table.h"
 #include "usage_error.h"
 
 namespace fsdpa::tool {
@@ -63,6 +64,13 @@ constexpr const char* kHelpHint =
 
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda"};
 const std::vector<std::string> kDTypes = {"bf16", "f16", "f32"};
+
+// The selection table's row names (run --row), of every backend built.
+std::vector<std::string> row_names() {
+  std::vector<std::string> names;
+  for (const detail::KernelRow& row : detail::selection_table()) names.emplace_back(row.name);
+  return names;
+}
 
 // Integers from `min`; CLI11 names the flag, the value and the range.
 CLI::Range at_least(int64_t min) { return CLI::Range(min, std::numeric_limits<int64_t>::max()); }
@@ -408,10 +416,12 @@ struct RunFlags {
   int64_t repeat = 0, seed = 0;
   bool check = false, compare = false;
   std::string json;
+  std::string row;
 };
 
 int cmd_run(const CLI::App& app, const RunFlags& f, const std::string& command) {
   CaseSpec c = shape_from_flags(f.shape);
+  c.row = f.row;
   const uint64_t seed = seed_from(app, f.seed);
   if (!f.json.empty()) check_writable(f.json);
   const DeviceChoice device = choose_device(f.shape.device, true);
@@ -520,6 +530,11 @@ int dispatch(int argc, char** argv) {
   run_app->add_option("--seed", run_flags.seed, "inputs from this seed [fresh]")
       ->check(at_least(0));
   run_app->add_option("--json", run_flags.json, "also write the result as JSON to FILE");
+  run_app
+      ->add_option("--row", run_flags.row,
+                   "plan on this row of the selection table (`fsdpa plan --matrix` lists "
+                   "them) instead of plan()'s choice: an A/B of the rows that serve a shape")
+      ->check(CLI::IsMember(row_names()));
   run_app->footer(presets_text());
 
   BenchFlags bench_flags;
