@@ -20,7 +20,8 @@
 #                FULL_PREFILL_TABLE=1 adds the main prefill table, AB_BASE=1 the
 #                A/B against .devbuild/base.tgz, COVERAGE_DECODE_SANITIZE=0 skips
 #                the decode sanitizers, COVERAGE_DECODE_BENCH=0 the unaligned decode rows,
-#                LARGE_SANITIZE_FILTER replaces the sanitizers' prefill filter;
+#                LARGE_SANITIZE_FILTER replaces the sanitizers' prefill filter,
+#                MMA_LARGE=1 times the mma.sync row forced on the large head dims;
 #                BENCH_ARGS="--only-dqk 576" keeps the bench's 576 rows,
 #                AB_PREFILL=0 leaves the prefill table out of the A/B, AB_DECODE=0 the
 #                decode rows, AB_ARGS="--only-dqk 64,128" are the A/B prefill bench's arguments;
@@ -360,6 +361,21 @@ if [ "$STAGES" = coverage ]; then
     grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
   fi
   [ "${AB_BASE:-0}" = 1 ] && ab_base_tables
+  # MMA_LARGE=1: the mma.sync row forced (`fsdpa run --row cuda_fused_prefill`)
+  # on the large head dims of compare_torch.py --large (B1 H16/8 L8192, causal
+  # and not; 576/512 without the aliasing), to set beside torch efficient's
+  # figures of the bench above: the portable kernel's rate on the H200.
+  if [ "${MMA_LARGE:-0}" = 1 ]; then
+    for dims in "288 288" "320 320" "384 384" "512 512" "576 512"; do
+      read -r dqk dv <<<"$dims"
+      for causal in "" "--causal"; do
+        timeout "$(limit 60)" $BUILD/bin/fsdpa run --device cuda --row cuda_fused_prefill \
+          --dqk "$dqk" --dv "$dv" --hq 16 --hkv 8 --lq 8192 --lk 8192 $causal --repeat 5 \
+          >"$OUT/mma-large.txt" 2>&1
+        say "mma.sync $dqk/$dv ${causal:-non-causal}: rc=$? $(grep -E '^rate' "$OUT/mma-large.txt")"
+      done
+    done
+  fi
 fi
 
 # An A/B of kernel variants inside this one call (fresh machines differ by
