@@ -37,7 +37,7 @@
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
 # memcheck/racecheck on a small paged grid (and PAGED_DECODE_SANITIZE of
-# the decode suite), paged_bench.py (PAGED_ARGS, e.g. --loads-ab), and with
+# the decode suite), paged_bench.py (PAGED_ARGS: its arguments), and with
 # AB_BASE=1 the decode rows DECODE_ROWS against .devbuild/base.tgz
 # (PAGED_SUITES=all: the prefill and unfused suites too).
 # `coverage` is the loop for the head dims above 256 and the soft cap: the

@@ -802,10 +802,11 @@ bool CaseSpec::bandwidth_bound() const {
 
 namespace {
 
-// The plan of the selection-table row named `name` (plan_for_row), which
-// must be of the problem's backend and serve the problem, or decline it only
-// because it is another row's (the decode limit, say): else Unsupported
-// with the row's reason.
+// The plan of the selection-table row named `name` (plan_for_row; the
+// command's --row takes only the table's names), which must be of the
+// problem's backend and serve the problem, or decline it only because it is
+// another row's (the decode limit, say): else Unsupported with the row's
+// reason.
 Plan plan_on_row(const Problem& problem, const Options& options, const std::string& name) {
   const auto table = detail::selection_table();
   for (size_t i = 0; i < table.size(); ++i) {
@@ -820,7 +821,7 @@ Plan plan_on_row(const Problem& problem, const Options& options, const std::stri
       throw Unsupported("fsdpa: row " + name + " does not serve the problem: " + verdict.reason);
     return detail::plan_for_row(problem, options, static_cast<int>(i));
   }
-  throw InvalidArgument("fsdpa: no selection-table row named '" + name + "'");
+  throw Error("fsdpa: internal: no selection-table row named '" + name + "'");
 }
 
 }  // namespace

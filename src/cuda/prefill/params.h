@@ -52,7 +52,10 @@ struct PrefillParams {
   float scale_log2 = 0.0f;  // scale * log2(e): scores live in the exp2 domain
   // The soft cap (semantics.softcap > 0) as CappedScores reads it: the cap
   // in log2 units, twice that, and soft_cap_weight's factor of a raw
-  // product (scale_log2 * 2 log2(e) / cap), worked out once on the host.
+  // product (scale_log2 * 2 log2(e) / cap = 2 scale log2(e) / softcap).
+  // Worked out on the host so that the kernels read them as parameters:
+  // derived on the device from semantics.softcap they held registers, and
+  // the 256/256 wgmma consumer spilled.
   float softcap_log2 = 0.0f, two_softcap_log2 = 0.0f, softcap_exponent = 0.0f;
   MaskSemantics semantics;
 };

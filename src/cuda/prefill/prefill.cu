@@ -277,11 +277,10 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   params.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
   params.semantics = make_mask_semantics(p, plan.options, t);
   if (plan.options.softcap > 0.0) {
-    const double cap_log2 = plan.options.softcap * 1.4426950408889634;
-    params.softcap_log2 = static_cast<float>(cap_log2);
-    params.two_softcap_log2 = static_cast<float>(2.0 * cap_log2);
-    params.softcap_exponent =
-        static_cast<float>(plan.scale * 1.4426950408889634 * 2.0 * 1.4426950408889634 / cap_log2);
+    constexpr double kLog2e = 1.4426950408889634;
+    params.softcap_log2 = static_cast<float>(plan.options.softcap * kLog2e);
+    params.two_softcap_log2 = static_cast<float>(2.0 * plan.options.softcap * kLog2e);
+    params.softcap_exponent = static_cast<float>(2.0 * plan.scale * kLog2e / plan.options.softcap);
   }
   return params;
 }

@@ -92,12 +92,14 @@ struct ScaledScores {
 };
 struct CappedScores {
   const PrefillParams& p;
-  __device__ __forceinline__ float value(float x) const {
-    return fmaf(-p.two_softcap_log2, soft_cap_weight(x, p.softcap_exponent), p.softcap_log2);
+  // The capped value minus `offset`, the subtraction inside the cap's FMA.
+  __device__ __forceinline__ float minus(float x, float offset) const {
+    return fmaf(-p.two_softcap_log2, soft_cap_weight(x, p.softcap_exponent),
+                p.softcap_log2 - offset);
   }
+  __device__ __forceinline__ float value(float x) const { return minus(x, 0.0f); }
   __device__ __forceinline__ float exp2(float x, float base) const {
-    return fast_exp2(
-        fmaf(-p.two_softcap_log2, soft_cap_weight(x, p.softcap_exponent), p.softcap_log2 - base));
+    return fast_exp2(minus(x, base));
   }
 };
 
