@@ -497,7 +497,7 @@ if [ "$STAGES" = paged ]; then
     python3 bench/paged_bench.py --out "$OUT/bench/h200-paged.json" --md "$OUT/bench/h200-paged.md" \
     ${PAGED_ARGS:-} >"$OUT/bench-paged.log" 2>&1
   say "paged bench: rc=$? $(($(date +%s) - t0)) s"
-  grep -E "us, paged16" "$OUT/bench-paged.log" | cut -c1-200 | tee -a "$SUMMARY"
+  grep -E "paged16 [0-9]" "$OUT/bench-paged.log" | cut -c1-200 | tee -a "$SUMMARY"
   tail -5 "$OUT/bench-paged.log" | grep -E "Error|error" | tee -a "$SUMMARY"
   [ "${PAGED_SUITES:-decode}" != none ] &&
     sanitize_small gpu_test_paged 'PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools' 120 paged

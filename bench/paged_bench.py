@@ -241,7 +241,9 @@ def main():
         for row in rows:
             results.append(bench_row(row, ceiling, args, generator))
             r = results[-1]
-            print(f"{r['name']}: dense {r['dense']['ms'] * 1e3:.1f} us, paged16 "
+            lens_us = (f", dense+lens {r['dense_lens']['ms'] * 1e3:.1f}" if "dense_lens" in r
+                       else "")
+            print(f"{r['name']}: dense {r['dense']['ms'] * 1e3:.1f} us{lens_us}, paged16 "
                   f"{r['paged16']['ms'] * 1e3:.1f}, paged64 {r['paged64']['ms'] * 1e3:.1f} "
                   f"(bound {r['bound_ms'] * 1e3:.1f})", flush=True)
             torch.cuda.empty_cache()

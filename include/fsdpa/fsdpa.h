@@ -207,6 +207,10 @@ struct Plan {
   // CUDA fused rows, by Problem::row_alignment; empty for the others).
   std::string loads;
   int64_t num_kv_splits = 1;
+  // CUDA decode of a batch with per-sequence lengths (internal): the splits
+  // a sequence of the batch's mean length takes (0 where the grid is every
+  // sequence's num_kv_splits splits).
+  int64_t kv_split_slots = 0;
   // Fused prefill with Dv above one block's registers (256): the output
   // columns in this many slices, each of head_dim_v_bucket columns, one block
   // each, every slice computing q.k again.

@@ -248,7 +248,11 @@ std::string Plan::explain() const {
     s << "slices    Dv in " << num_v_slices << " column slices\n";
   if (tile_q > 0) s << "tiles     " << tile_q << " queries x " << tile_k << " keys\n";
   if (!loads.empty()) s << "loads     " << loads << "\n";
-  s << "splits    " << num_kv_splits << "\n";
+  s << "splits    " << num_kv_splits;
+  if (kv_split_slots > 0)
+    s << " at most a sequence; " << kv_split_slots
+      << " for one of the batch's mean length (a list over the lengths)";
+  s << "\n";
   if (backend == Backend::CPU) s << "threads   " << num_threads << "\n";
   s << "workspace " << workspace_bytes << " bytes\n";
   if (!fallback_reason.empty()) s << "fallback  " << fallback_reason << "\n";

@@ -15,6 +15,7 @@
 #include "select/table.h"
 #if FSDPA_WITH_CUDA
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_host.h"
 #endif
 
 namespace fsdpa::test {
@@ -440,6 +441,44 @@ TEST(CudaDecodeSharedMemory, TilingsLargerThanTheDeviceAllowsAreDeclined) {
   p.v_aliases_k = false;
   p.dtype = DType::F32;  // the CUDA-core kernel: 73088 bytes
   EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
+}
+
+// A batch with per-sequence lengths plans a list of splits: the most splits
+// one sequence can take (the grid's bound without a list, the partials'
+// slots) and the splits of a sequence of the batch's mean length, which
+// make the dense plan of an equal batch: one wave of 132 x 2 blocks. One
+// sequence, or a batch without lengths, plans no list.
+TEST(CudaDecodePlan, PerSequenceLengthsPlanAListOfSplits) {
+  Problem p;
+  p.batch = 16, p.heads_q = 32, p.heads_kv = 8, p.len_q = 1, p.len_k = 4096;
+  p.head_dim_qk = p.head_dim_v = 64, p.dtype = DType::BF16;
+  const detail::cuda::DecodeGrid grid{64, 64, 16, 128, 2, 1, false};
+  auto planned = [&](const Problem& problem) {
+    Plan plan;
+    detail::cuda::configure_decode_plan(problem, plan, grid);
+    return plan;
+  };
+  Plan dense = planned(p);
+  EXPECT_EQ(dense.num_kv_splits, 2);  // 264 blocks / (16 x 8)
+  EXPECT_EQ(dense.kv_split_slots, 0);
+  p.has_seq_lens_k = true;
+  Plan lens = planned(p);
+  EXPECT_EQ(lens.num_kv_splits, 33);  // one sequence: 264 / 8
+  EXPECT_EQ(lens.kv_split_slots, 2);  // the dense plan's
+  EXPECT_THAT(lens.explain(), HasSubstr("splits    33 at most a sequence; 2 for one of the "
+                                        "batch's mean length (a list over the lengths)"));
+  detail::cuda::DecodeParams params;
+  params.batch = 16, params.heads_kv = 8, params.row_chunks = 1, params.num_splits = 33;
+  EXPECT_EQ(detail::cuda::decode_grid_blocks(params), 16 * 8 * 33);
+  params.split_slots = 2;  // at most batch x (slots + 1) items: sum of ceil(L_b / keys)
+  EXPECT_EQ(detail::cuda::decode_grid_blocks(params), 16 * 8 * 3);
+  p.batch = 64, p.len_k = 32768;  // 512 base blocks: one split for a mean sequence
+  EXPECT_EQ(planned(p).kv_split_slots, 1);
+  p.batch = 1;
+  EXPECT_EQ(planned(p).kv_split_slots, 0);
+  p.batch = 16, p.len_k = 300;  // too short to split
+  EXPECT_EQ(planned(p).num_kv_splits, 1);
+  EXPECT_EQ(planned(p).kv_split_slots, 0);
 }
 #endif
 

@@ -223,6 +223,19 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
     splits = keys_per_split > 0 ? int((hull + keys_per_split - 1) / keys_per_split) : 1;
   }
   plan.num_kv_splits = splits;
+  // A batch of several sequences with their own lengths runs a list of
+  // splits (decode_common.cuh: decode_block): a sequence of the batch's mean
+  // length takes the splits its dense twin would (one wave of blocks for
+  // the batch, at least 64 keys a split), each sequence as many as its
+  // length needs.
+  plan.kv_split_slots = 0;
+  if (p.has_seq_lens_k && p.batch > 1 && splits > 1) {
+    const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
+    const int64_t wave = int64_t(multiprocessors) * grid.blocks_per_sm;
+    plan.kv_split_slots = std::clamp<int64_t>(
+        std::min(wave / base_blocks, (hull + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit),
+        1, splits);
+  }
   const bool merged =
       grid.merge_known && decode_merges_in_cluster(splits, row_chunks, p.has_seq_lens_k, p.batch,
                                                    p.heads_kv, multiprocessors);
@@ -344,6 +357,8 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.num_splits = int(plan.num_kv_splits);
   const int keys_per_split = (d.key_end - d.key_begin + d.num_splits - 1) / d.num_splits;
   d.keys_per_split = (keys_per_split + multiple - 1) / multiple * multiple;
+  d.split_keys_multiple = multiple;
+  d.split_slots = int(plan.kv_split_slots);
   d.dv_ws = d.head_dim_v;
   if (d.num_splits > 1 && workspace != nullptr) {  // none where the splits merge in a cluster
     // The (max, sum) pairs first: float2 accesses stay 8-byte aligned (run()

@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     }
   };
   wait_for_previous_kernel();  // the split kernel's partials
-  splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)));
+  splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)),
+                                          decode_kernel::batch_split_keys(p));
   load_batch(j);  // partials and their (max, sum) in flight together
 
   // ---- the row's max: this thread's splits, then the block (max only: the

@@ -85,19 +85,138 @@ __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_of
 
 // ------------------------------------------------------------ the block's rows
 
+// The key splits that reach into a sequence of len_k keys, for splits of
+// split_keys keys: all num_splits of them, but with per-sequence lengths only
+// those that start before its end (at least one). The other splits have no
+// block (decode_block) and the combine reads none of them, so a short
+// sequence of a ragged batch costs its own keys only.
+__device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k, int split_keys) {
+  if (p.kv.seq_lens_k == nullptr || split_keys <= 0) return p.num_splits;
+  const int reach = len_k - p.key_begin;
+  const int used = reach > 0 ? (reach + split_keys - 1) / split_keys : 1;
+  return max(1, min(p.num_splits, used));
+}
+
+// The keys of a split: keys_per_split; in a list of splits (split_slots >
+// 0), at least the batch's mean length over split_slots, a multiple of
+// split_keys_multiple. So a batch of equal sequences splits as its dense
+// twin does (whole waves of blocks), and a ragged one into pieces of about
+// the same size, each sequence in as many as its length needs. All 32
+// lanes of a warp call it; every warp and kernel of the call gets the same
+// value. The mean is worked out in floats rounded up (at least the exact
+// mean, so decode_grid_blocks holds every split; in 64-bit integers its
+// division cost the 576/512 tensor-core kernel a spill). lane_len: lane b's
+// sequence's length, b < batch (decode_block reads no length twice).
+__device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane_len) {
+  lane_len = 0;
+  if (p.split_slots == 0) return p.keys_per_split;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  float keys = 0.f;
+  for (int b = lane; b < p.batch; b += 32) {
+    const int len = static_cast<int>(sequence_len_k(p.kv, b));
+    if (b == lane) lane_len = len;
+    keys = __fadd_ru(keys, static_cast<float>(len));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    keys = __fadd_ru(keys, __shfl_xor_sync(0xffffffffu, keys, offset));
+  const float pieces = __int2float_rd(p.batch * p.split_slots);
+  const int mean = static_cast<int>(
+      fminf(ceilf(__fdiv_ru(keys, pieces)), static_cast<float>(p.key_end)));  // <= len_k
+  const int multiple = p.split_keys_multiple;
+  return max(p.keys_per_split, (mean + multiple - 1) / multiple * multiple);
+}
+__device__ __forceinline__ int batch_split_keys(const DecodeParams& p) {
+  int lane_len;
+  return batch_split_keys(p, lane_len);
+}
+
 // Where a block's packed rows come from: the block index (blockIdx.x unless
 // the kernel orders its blocks otherwise, as the MLA kernel's split pairs do)
 // decomposes into (batch, kv head, key split, row chunk), the row chunk
 // fastest; packed row r of chunk c is query
 // head kv_head * group + (c * kRows + r) / len_q at position (..) % len_q.
+// In a list of splits (split_slots > 0), the index is an item of the list
+// instead: first every sequence's splits but its last, then the last
+// splits, sequence by sequence (whole splits first: the pieces of unequal
+// size start last); blocks past the list have nothing to do (valid = 0).
 struct DecodeBlock {
   int batch, kv_head, split, row0, rows_here;
-  int len_k;  // the sequence's keys (seq_lens_k, else len_k)
+  int len_k;       // the sequence's keys (seq_lens_k, else len_k)
+  int split_keys;  // keys of a split (batch_split_keys)
+  bool valid;
 };
 
+// Item `item` of the list of decode_block (all 32 lanes of a warp) as the
+// block index that covers the same (sequence, kv head, split, row chunk)
+// in the grid of every sequence's num_splits splits, or -1 past the list;
+// len_k: that sequence's length. lane_len: batch_split_keys'. 32-bit: that
+// grid's blocks are fewer than 2^31.
+__device__ __forceinline__ int split_item_block(const DecodeParams& p, int split_keys, int item,
+                                                int lane_len, int& len_k) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int per_split = p.heads_kv * p.row_chunks;
+  auto block_of = [&](int batch, int kv_head, int split, int chunk) {
+    return ((batch * p.heads_kv + kv_head) * p.num_splits + split) * p.row_chunks + chunk;
+  };
+  auto length = [&](int b0, int b) {  // all lanes, b - b0 the same in every lane
+    return b0 == 0 ? lane_len : b < p.batch ? static_cast<int>(sequence_len_k(p.kv, b)) : 0;
+  };
+  // Every split but the last of each sequence, sequence by sequence.
+  int first = 0;  // of the items of sequences [b0, ...)
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    const int b = b0 + lane;
+    const int len = length(b0, b);
+    const int whole = b < p.batch ? sequence_splits(p, len, split_keys) - 1 : 0;
+    int last = whole * per_split;  // inclusive prefix of the items, over the lanes
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int before = __shfl_up_sync(0xffffffffu, last, offset);
+      if (lane >= offset) last += before;
+    }
+    const unsigned ahead = __ballot_sync(0xffffffffu, item - first < last);
+    if (ahead != 0u) {
+      const int owner = __ffs(static_cast<int>(ahead)) - 1;
+      const int splits = __shfl_sync(0xffffffffu, whole, owner);
+      const int mine = __shfl_sync(0xffffffffu, last, owner) - splits * per_split;
+      const int at = item - first - mine;  // chunk fastest, then split
+      len_k = __shfl_sync(0xffffffffu, len, owner);
+      return block_of(b0 + owner, at / p.row_chunks / splits, at / p.row_chunks % splits,
+                      at % p.row_chunks);
+    }
+    first += __shfl_sync(0xffffffffu, last, 31);
+  }
+  // Then the last split of every sequence.
+  const int at = item - first;
+  len_k = 0;
+  if (at >= p.batch * per_split) return -1;
+  const int batch = at / per_split;
+  const int from_lane = __shfl_sync(0xffffffffu, lane_len, batch % 32);
+  len_k = batch < 32 ? from_lane : static_cast<int>(sequence_len_k(p.kv, batch));
+  return block_of(batch, at % per_split / p.row_chunks, sequence_splits(p, len_k, split_keys) - 1,
+                  at % p.row_chunks);
+}
+
+// All 32 lanes of every warp of the block call it. A kernel compiled
+// without kSplitList takes no list (its launch clears split_slots).
+template <bool kSplitList = true>
 __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
                                                     int64_t block = blockIdx.x) {
   DecodeBlock b;
+  // The lengths may be written by the kernel before in the stream: wait for
+  // it before reading them (the call gives up the overlap of set-up).
+  if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
+  b.valid = true;
+  int list_len = 0;
+  if (kSplitList && p.split_slots != 0) {
+    int lane_len;
+    b.split_keys = batch_split_keys(p, lane_len);
+    block = split_item_block(p, b.split_keys, static_cast<int>(block), lane_len, list_len);
+    b.valid = block >= 0;
+    block = max(block, int64_t{0});
+  } else {
+    b.split_keys = p.keys_per_split;
+  }
   const int chunk = int(block % p.row_chunks);
   block /= p.row_chunks;
   b.split = int(block % p.num_splits);
@@ -106,22 +225,14 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
   b.batch = int(block / p.heads_kv);
   b.row0 = chunk * rows_per_block;
   b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
-  // The lengths may be written by the kernel before in the stream: wait for
-  // it before reading them (the call gives up the overlap of set-up).
-  if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
-  b.len_k = int(sequence_len_k(p.kv, b.batch));
+  if (kSplitList && p.split_slots != 0) {
+    b.len_k = list_len;
+  } else {
+    b.len_k = int(sequence_len_k(p.kv, b.batch));
+    // The splits past a short sequence's end have nothing to do.
+    b.valid = b.split < sequence_splits(p, b.len_k, b.split_keys);
+  }
   return b;
-}
-
-// The key splits that reach into a sequence of len_k keys: all of them, but
-// with per-sequence lengths only those that start before its end (at least
-// one). Blocks of the others write nothing and the combine reads none of
-// them, so a short sequence of a ragged batch costs its own keys only.
-__device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k) {
-  if (p.kv.seq_lens_k == nullptr || p.keys_per_split <= 0) return p.num_splits;
-  const int reach = len_k - p.key_begin;
-  const int used = reach > 0 ? (reach + p.keys_per_split - 1) / p.keys_per_split : 1;
-  return max(1, min(p.num_splits, used));
 }
 
 // (query head, query position) of packed row r of the block.
@@ -211,8 +322,8 @@ __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const Dec
     common_begin = max(common_begin, __shfl_xor_sync(0xffffffffu, common_begin, offset));
     common_end = min(common_end, __shfl_xor_sync(0xffffffffu, common_end, offset));
   }
-  const int split_begin = p.key_begin + b.split * p.keys_per_split;
-  const int split_end = min(p.key_end, split_begin + p.keys_per_split);
+  const int split_begin = p.key_begin + b.split * b.split_keys;
+  const int split_end = min(p.key_end, split_begin + b.split_keys);
   BlockKeys k;
   k.begin = max(split_begin, lo);
   k.end = min(split_end, hi);

@@ -222,6 +222,16 @@ constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams
   return l;
 }
 
+// Whether the tensor-core split kernel takes its blocks from a list of
+// splits over the batch's lengths (DecodeParams::split_slots): all but the
+// 576/512 one, whose dense kernel is at its 128 registers: the list's block
+// index and split keys, which cannot be recomputed from blockIdx, spilled
+// 4-12 bytes in every arrangement tried. Its launch clears split_slots (each
+// sequence then takes the splits of the longest), the paged kernel's too, so
+// that a paged cache and its dense twin split alike (MLA's aliased cache
+// runs the MLA kernel, which takes a list).
+constexpr bool decode_mma_split_list(int dqk, int dv) { return !(dqk == 576 && dv == 512); }
+
 // The 576/512 bucket exists for MLA's absorbed decode, where v is a view of
 // k: its tiling is chosen for that layout (an unaliased 576/512 problem still
 // fits, at one block per SM).

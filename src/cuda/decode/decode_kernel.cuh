@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const DecodeBlock blk = decode_block(p, kRows);
   allow_next_launch();
-  if (blk.split >= sequence_splits(p, blk.len_k)) return;  // past a short sequence's keys
+  if (!blk.valid) return;  // nothing to do (decode_block)
   const int batch = blk.batch, kv_head = blk.kv_head, rows_here = blk.rows_here;
   wait_for_previous_kernel();  // global memory from here on
 
@@ -330,7 +330,7 @@ void launch_split_rows(const DecodeParams& p, cudaStream_t stream) {
   using C = Tile<T, DQK, DV, ROWS>;
   const auto kernel = decode_split_kernel<T, DQK, DV, ROWS>;
   const size_t smem = decode_smem_layout(sizeof(T), DQK, DV, p.v_aliases_k != 0).total;
-  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  const int64_t blocks = decode_grid_blocks(p);
   launch_programmatic(kernel, static_cast<unsigned>(blocks), C::kThreads, smem, stream,
                       "decode_split_kernel", p);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);

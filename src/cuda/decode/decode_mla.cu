@@ -283,9 +283,10 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 }
 #endif  // FSDPA_WGMMA_ARCH
 
-// kPaged: k is a page pool read through the block table (a template flag,
-// so the dense kernel keeps its code).
-template <typename T, bool kPaged>
+// kPaged: k is a page pool read through the block table; kList: the blocks
+// are a list of splits over the batch's lengths (decode_block). Template
+// flags, so that the dense kernel without a list keeps its code.
+template <typename T, bool kPaged, bool kList>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
                       const __grid_constant__ TileMap q_map, int q_by_tma) {
@@ -334,8 +335,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const int64_t split = block % p.num_splits, rest = block / p.num_splits;
     block = (rest / p.row_chunks * p.num_splits + split) * p.row_chunks + rest % p.row_chunks;
   }
-  const DecodeBlock blk = decode_block(p, kMlaRows, heavy_chunks_first(p, block));
+  const DecodeBlock blk = decode_block<kList>(p, kMlaRows, heavy_chunks_first(p, block));
   allow_next_launch();
+  if (!blk.valid) return;  // nothing to do (decode_block; no pairs in a list)
   const BlockKeys keys = block_keys(p, blk);
   // Tiles start on multiples of 32 keys: on a paged cache (pages of 8 or 16
   // rows, or of a multiple of 32: see decode_mla_supports) a tile is then one
@@ -605,11 +607,13 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
                                   static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaTileK)))
             : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
                                   kMlaTileK);
-  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  const int64_t blocks = decode_grid_blocks(p);
   // Split pairs merge in two-block clusters where the splits pair up and the
   // partials are staged: the combine then reads half the partials (MLA 32.1
-  // -> 30.9 us a call, bench/NOTES.md, session 9).
-  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p);
+  // -> 30.9 us a call, bench/NOTES.md, session 9); not where the blocks are
+  // a list of splits over the lengths (decode_block), whose neighbours need
+  // not be one row chunk's.
+  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p) && p.split_slots == 0;
   // Q by TMA where a box of 64 / Lq heads x Lq rows is a block's 64 packed
   // rows, and the heads are not broadcast (stride 0: the map would hold one
   // head). Else by cp.async (load_q). Read by TMA once for both blocks of a
@@ -622,10 +626,13 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
     q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
                                 kMlaRows / p.len_q);
   }
-  launch_programmatic_clusters(paged ? decode_mla_kernel<T, true> : decode_mla_kernel<T, false>,
-                               dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1, kMlaThreads,
-                               kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map, q_map,
-                               q_by_tma ? 1 : 0);
+  const bool list = p.split_slots != 0;
+  const auto kernel =
+      paged ? (list ? decode_mla_kernel<T, true, true> : decode_mla_kernel<T, true, false>)
+            : (list ? decode_mla_kernel<T, false, true> : decode_mla_kernel<T, false, false>);
+  launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
+                               kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
+                               q_map, q_by_tma ? 1 : 0);
   if (p.num_splits > 1) {
     DecodeParams merged = p;
     if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1

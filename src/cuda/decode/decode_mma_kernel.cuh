@@ -40,14 +40,16 @@ namespace decode_kernel {
 // kPaged: K and V rows through the block table (a paged cache), each row's
 // address looked up; else dense rows a constant stride apart. Two kernels,
 // so the dense one keeps its registers (one kernel with both load paths
-// spilled at 576/512).
+// spilled at 576/512). kList: the blocks are a list of splits over the
+// batch's lengths (decode_block; a template flag too: compiled in, the list
+// cost the dense calls without one 2-3%).
 #ifdef __CUDA_ARCH__
 inline constexpr int kDecodeMmaArch = __CUDA_ARCH__;
 #else
 inline constexpr int kDecodeMmaArch = 900;  // the host pass: launch bounds unused
 #endif
 
-template <typename T, int DQK, int DV, bool kPaged>
+template <typename T, int DQK, int DV, bool kPaged, bool kList>
 __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                   decode_mma_launch_blocks(DQK, DV, kDecodeMmaArch))
     decode_mma_kernel(const DecodeParams p) {
@@ -83,9 +85,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane / 4, quad = lane % 4;
   const int stream = warp / kConfig.dv_parts, part = warp % kConfig.dv_parts;
-  const DecodeBlock blk = decode_block(p, kRows);
+  const DecodeBlock blk = decode_block<kList>(p, kRows);
   allow_next_launch();
-  if (blk.split >= sequence_splits(p, blk.len_k)) return;  // past a short sequence's keys
+  if (!blk.valid) return;  // nothing to do (decode_block)
 
   const BlockKeys keys = block_keys(p, blk);
   const int key_begin = keys.begin, key_end = keys.end;
@@ -353,16 +355,30 @@ inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int mul
 // kernel.
 template <typename T, int DQK, int DV>
 int mma_binary_version() {
-  return prepare_launch(reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, false>),
+  return prepare_launch(reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, false, false>),
                         kDecodeMmaWarps * 32, 0, "decode_mma_kernel");
 }
 
+// The split kernel for a call: paged or dense, with a list of splits or
+// without (decode_mma_split_list: none at 576/512).
 template <typename T, int DQK, int DV>
-void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
-  const auto kernel = p.kv.block_table != nullptr ? decode_mma_kernel<T, DQK, DV, true>
-                                                  : decode_mma_kernel<T, DQK, DV, false>;
+void (*mma_kernel_for(bool paged, bool list))(DecodeParams) {
+  if constexpr (decode_mma_split_list(DQK, DV)) {
+    if (list)
+      return paged ? decode_mma_kernel<T, DQK, DV, true, true>
+                   : decode_mma_kernel<T, DQK, DV, false, true>;
+  }
+  return paged ? decode_mma_kernel<T, DQK, DV, true, false>
+               : decode_mma_kernel<T, DQK, DV, false, false>;
+}
+
+template <typename T, int DQK, int DV>
+void launch_mma_split(const DecodeParams& list_params, cudaStream_t stream) {
+  DecodeParams p = list_params;
+  if (!decode_mma_split_list(DQK, DV)) p.split_slots = 0;
+  const auto kernel = mma_kernel_for<T, DQK, DV>(p.kv.block_table != nullptr, p.split_slots != 0);
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
-  const int64_t blocks = int64_t(p.batch) * p.heads_kv * p.num_splits * p.row_chunks;
+  const int64_t blocks = decode_grid_blocks(p);
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32,
                                     smem, "decode_mma_kernel");
   int device = 0;
@@ -387,7 +403,7 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
 
 template <typename T, int DQK, int DV>
 int mma_blocks_per_sm(int /*rows_per_kv_head*/, bool v_aliases_k) {
-  const auto kernel = decode_mma_kernel<T, DQK, DV, false>;  // the paged one: the same tiling
+  const auto kernel = decode_mma_kernel<T, DQK, DV, false, false>;  // the others: the same tiling
   const size_t smem = decode_mma_smem_bytes(DQK, DV, v_aliases_k);
   prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
                  "decode_mma_kernel");

@@ -59,13 +59,35 @@ struct DecodeParams {
   int32_t copy_bytes = 16;
   // Keys [key_begin, key_end) hold every key any row can see (all of
   // [0, len_k) with per-sequence lengths); split s covers
-  // [key_begin + s * keys_per_split, ...) of it.
-  int32_t key_begin = 0, key_end = 0, keys_per_split = 0;
+  // [key_begin + s * split keys, ...) of it. The split keys are
+  // keys_per_split, a multiple of split_keys_multiple; in a list of splits
+  // (split_slots > 0), at least the batch's mean length over split_slots
+  // (decode_common.cuh: batch_split_keys).
+  int32_t key_begin = 0, key_end = 0, keys_per_split = 0, split_keys_multiple = 1;
+  // The most splits of one sequence: the partials' slots, and (without a
+  // list of splits) the grid's splits.
   int32_t num_splits = 1;
+  // Where the grid is a list of splits over the batch's lengths
+  // (decode_common.cuh: decode_block): the splits a sequence of the batch's
+  // mean length takes (Plan::kv_split_slots); 0: every sequence's num_splits
+  // splits (one sequence, one split, or a kernel without a list:
+  // decode_mma_split_list).
+  int32_t split_slots = 0;
   int32_t dv_ws = 0;  // row stride of partial_out (Dv)
   // The splits of each row chunk run as one cluster and merge there
   // (store_cluster_rows): no partials in the workspace, no combine kernel.
   int32_t cluster_merge = 0;
 };
+
+// The split kernels' grid. A list holds at most batch x (split_slots + 1) x
+// kv heads x row chunks blocks: split keys of at least (sum of lengths) /
+// (batch x split_slots) give sum(ceil(L_b / keys)) <= batch x split_slots +
+// batch.
+inline int64_t decode_grid_blocks(const DecodeParams& p) {
+  const int64_t per_split = int64_t(p.batch) * p.heads_kv * p.row_chunks;
+  if (p.split_slots == 0) return per_split * p.num_splits;
+  const int64_t splits = int64_t(p.split_slots) + 1;
+  return per_split * (splits < p.num_splits ? splits : p.num_splits);
+}
 
 }  // namespace fsdpa::detail::cuda
