@@ -804,9 +804,10 @@ namespace {
 
 // The plan of the selection-table row named `name` (plan_for_row; the
 // command's --row takes only the table's names), which must be of the
-// problem's backend and serve the problem, or decline it only because it is
-// another row's (the decode limit, say): else Unsupported with the row's
-// reason.
+// problem's backend and serve the problem: else Unsupported with the row's
+// reason. A decline that only routes the problem to another row counts as
+// one too: it may be a capability (a dtype, MLA's layout), and the MLA row
+// forced on an unaliased 128/128 problem ran.
 Plan plan_on_row(const Problem& problem, const Options& options, const std::string& name) {
   const auto table = detail::selection_table();
   for (size_t i = 0; i < table.size(); ++i) {
@@ -817,7 +818,7 @@ Plan plan_on_row(const Problem& problem, const Options& options, const std::stri
       throw Unsupported("fsdpa: row " + name + " is a " + to_string(row.backend) +
                         " row; the problem is on " + to_string(backend));
     const detail::Verdict verdict = row.supports(problem, options);
-    if (!verdict.ok && !verdict.routed)
+    if (!verdict.ok)
       throw Unsupported("fsdpa: row " + name + " does not serve the problem: " + verdict.reason);
     return detail::plan_for_row(problem, options, static_cast<int>(i));
   }
