@@ -472,6 +472,12 @@ TEST(CudaDecodePlan, PerSequenceLengthsPlanAListOfSplits) {
   EXPECT_EQ(detail::cuda::decode_grid_blocks(params), 16 * 8 * 33);
   params.split_slots = 2;  // at most batch x (slots + 1) items: sum of ceil(L_b / keys)
   EXPECT_EQ(detail::cuda::decode_grid_blocks(params), 16 * 8 * 3);
+  detail::cuda::DecodeGrid no_list = grid;  // the 576/512 tensor-core kernel's
+  no_list.split_list = false;
+  Plan without = Plan{};
+  detail::cuda::configure_decode_plan(p, without, no_list);
+  EXPECT_EQ(without.num_kv_splits, 33);
+  EXPECT_EQ(without.kv_split_slots, 0);
   p.batch = 64, p.len_k = 32768;  // 512 base blocks: one split for a mean sequence
   EXPECT_EQ(planned(p).kv_split_slots, 1);
   p.batch = 1;

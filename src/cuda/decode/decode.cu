@@ -224,12 +224,12 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
   }
   plan.num_kv_splits = splits;
   // A batch of several sequences with their own lengths runs a list of
-  // splits (decode_common.cuh: decode_block): a sequence of the batch's mean
-  // length takes the splits its dense twin would (one wave of blocks for
-  // the batch, at least 64 keys a split), each sequence as many as its
-  // length needs.
+  // splits (decode_common.cuh: decode_block) where the kernel takes one: a
+  // sequence of the batch's mean length takes the splits its dense twin
+  // would (one wave of blocks for the batch, at least 64 keys a split), each
+  // sequence as many as its length needs.
   plan.kv_split_slots = 0;
-  if (p.has_seq_lens_k && p.batch > 1 && splits > 1) {
+  if (grid.split_list && p.has_seq_lens_k && p.batch > 1 && splits > 1) {
     const int64_t base_blocks = std::max<int64_t>(1, p.batch * p.heads_kv * row_chunks);
     const int64_t wave = int64_t(multiprocessors) * grid.blocks_per_sm;
     plan.kv_split_slots = std::clamp<int64_t>(
@@ -276,9 +276,12 @@ void decode_configure(const Problem& p, Plan& plan) {
   // The tensor-core kernel (f16, bf16) merges in clusters on sm_90 (where
   // its binary is an sm_80 one, the launch takes the combine kernel).
   const bool cluster_merge = p.dtype != DType::F32 && compute_capability >= 90;
-  configure_decode_plan(p, plan,
-                        DecodeGrid{bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys,
-                                   blocks_per_sm, 1, cluster_merge, merge_binary >= 90});
+  configure_decode_plan(
+      p, plan,
+      DecodeGrid{
+          bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1,
+          cluster_merge, merge_binary >= 90,
+          p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
 }
 

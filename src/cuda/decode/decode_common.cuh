@@ -198,24 +198,23 @@ __device__ __forceinline__ int split_item_block(const DecodeParams& p, int split
 }
 
 // All 32 lanes of every warp of the block call it. A kernel compiled
-// without kSplitList takes no list (its launch clears split_slots).
-template <bool kSplitList = true>
+// without kList takes no list (the planner plans none for it).
+template <bool kList = true>
 __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
                                                     int64_t block = blockIdx.x) {
   DecodeBlock b;
   // The lengths may be written by the kernel before in the stream: wait for
   // it before reading them (the call gives up the overlap of set-up).
   if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
+  const bool list = kList && p.split_slots != 0;
   b.valid = true;
-  int list_len = 0;
-  if (kSplitList && p.split_slots != 0) {
+  b.split_keys = p.keys_per_split;
+  if (list) {
     int lane_len;
     b.split_keys = batch_split_keys(p, lane_len);
-    block = split_item_block(p, b.split_keys, static_cast<int>(block), lane_len, list_len);
+    block = split_item_block(p, b.split_keys, static_cast<int>(block), lane_len, b.len_k);
     b.valid = block >= 0;
     block = max(block, int64_t{0});
-  } else {
-    b.split_keys = p.keys_per_split;
   }
   const int chunk = int(block % p.row_chunks);
   block /= p.row_chunks;
@@ -225,9 +224,7 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
   b.batch = int(block / p.heads_kv);
   b.row0 = chunk * rows_per_block;
   b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
-  if (kSplitList && p.split_slots != 0) {
-    b.len_k = list_len;
-  } else {
+  if (!list) {
     b.len_k = int(sequence_len_k(p.kv, b.batch));
     // The splits past a short sequence's end have nothing to do.
     b.valid = b.split < sequence_splits(p, b.len_k, b.split_keys);

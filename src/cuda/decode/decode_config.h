@@ -226,8 +226,8 @@ constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams
 // splits over the batch's lengths (DecodeParams::split_slots): all but the
 // 576/512 one, whose dense kernel is at its 128 registers: the list's block
 // index and split keys, which cannot be recomputed from blockIdx, spilled
-// 4-12 bytes in every arrangement tried. Its launch clears split_slots (each
-// sequence then takes the splits of the longest), the paged kernel's too, so
+// 4-12 bytes in every arrangement tried. The planner plans no list for it
+// (each sequence then takes the splits of the longest), paged or dense, so
 // that a paged cache and its dense twin split alike (MLA's aliased cache
 // runs the MLA kernel, which takes a list).
 constexpr bool decode_mma_split_list(int dqk, int dv) { return !(dqk == 576 && dv == 512); }

@@ -13,9 +13,10 @@ namespace fsdpa::detail::cuda {
 // multiprocessor, and the multiple the keys per split are rounded up to
 // when the split count is chosen (the launch then divides the keys evenly
 // over that count); whether the kernel can merge a row chunk's splits in a
-// cluster (the tensor-core split kernel on sm_90: merges_in_cluster), and
+// cluster (the tensor-core split kernel on sm_90: merges_in_cluster),
 // whether that is known of the device's binary (then splits that merge need
-// no workspace; else it is reserved).
+// no workspace; else it is reserved), and whether the kernel takes a list of
+// splits over per-sequence lengths (decode_mma_split_list).
 struct DecodeGrid {
   int head_dim_qk_bucket, head_dim_v_bucket;
   int rows, keys;
@@ -23,6 +24,7 @@ struct DecodeGrid {
   int split_keys_multiple;
   bool cluster_merge;
   bool merge_known = false;
+  bool split_list = true;
 };
 
 // Fills the plan's kernel facts: buckets, tile, the split count (one full

@@ -360,22 +360,24 @@ int mma_binary_version() {
 }
 
 // The split kernel for a call: paged or dense, with a list of splits or
-// without (decode_mma_split_list: none at 576/512).
+// without (decode_mma_split_list: the planner plans none at 576/512).
 template <typename T, int DQK, int DV>
 void (*mma_kernel_for(bool paged, bool list))(DecodeParams) {
   if constexpr (decode_mma_split_list(DQK, DV)) {
     if (list)
       return paged ? decode_mma_kernel<T, DQK, DV, true, true>
                    : decode_mma_kernel<T, DQK, DV, false, true>;
+  } else if (list) {
+    throw Error("fsdpa: internal: a decode plan with a list of splits for the " +
+                std::to_string(DQK) + "/" + std::to_string(DV) +
+                " tensor-core kernel, which takes none");
   }
   return paged ? decode_mma_kernel<T, DQK, DV, true, false>
                : decode_mma_kernel<T, DQK, DV, false, false>;
 }
 
 template <typename T, int DQK, int DV>
-void launch_mma_split(const DecodeParams& list_params, cudaStream_t stream) {
-  DecodeParams p = list_params;
-  if (!decode_mma_split_list(DQK, DV)) p.split_slots = 0;
+void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = mma_kernel_for<T, DQK, DV>(p.kv.block_table != nullptr, p.split_slots != 0);
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
   const int64_t blocks = decode_grid_blocks(p);
