@@ -734,6 +734,36 @@ TEST(Decode, UnalignedRows) {
   run_case(c);
 }
 
+// Contiguous rows that are not 16-byte aligned in 16-byte aligned tensors
+// (every buffer here is one cudaMalloc): the tensor-core kernel copies each
+// stage's rows as one span and reads its fragments by 32- and 16-bit loads
+// (KvLoad::Packed), the columns past the head dims being the next row's.
+// Every bucket, Dqk != Dv, 8- and 4-byte rows, spans that start anywhere in
+// their 16-byte block (odd Lk: each head starts elsewhere), forced splits,
+// the semantics.
+TEST(Decode, PackedRows) {
+  const std::pair<int64_t, int64_t> dims[] = {{60, 60},   {76, 76},   {90, 90},
+                                              {122, 122}, {180, 122}, {250, 250},
+                                              {318, 318}, {500, 500}, {572, 500}};
+  int k = 0;
+  for (auto [dqk, dv] : dims) {
+    Case c;
+    c.dqk = dqk, c.dv = dv;
+    c.dtype = k % 2 == 0 ? DType::BF16 : DType::F16;
+    c.batch = 1 + k % 2;
+    c.heads_q = 8, c.heads_kv = k % 3 == 0 ? 8 : 2;
+    c.len_q = 1 + k % 3;
+    c.len_k = 1153 + 2 * k;
+    c.causal = k % 2 == 1;
+    if (k % 4 == 2) c.window = 300;
+    c.sinks = k % 3 == 1;
+    c.mask = k % 4 == 3 ? MaskCase::AdditiveF32 : MaskCase::None;
+    c.splits = k % 3 == 2 ? 5 : 0;
+    run_case(c);
+    ++k;
+  }
+}
+
 TEST(Decode, FullyMaskedRowsAndSinks) {
   // Bottom-right causal with Lq > Lk: the first rows see nothing.
   for (bool sinks : {false, true})

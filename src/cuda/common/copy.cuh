@@ -85,6 +85,32 @@ __device__ __forceinline__ void copy_16(uint32_t shared_destination, const T* so
     copy_16_narrow(shared_destination, source, valid_bytes, alignment);
 }
 
+// Copies the `bytes` bytes at `source` (a span of whole rows of a matrix
+// whose rows are contiguous; 4-byte aligned) by 16-byte cp.async of the
+// aligned blocks that cover it, so rows of any alignment take the wide
+// copies; the span lands at shared + (source & 15) (shared 16-byte aligned),
+// and the blocks up to `extent` bytes past that point arrive as zeros. The
+// first block's bytes before `source` are read too: they must be readable
+// (the tensor's base address is 16-byte aligned). The block that holds the
+// span's end goes in 4-byte pieces, so that nothing past the end is read (a
+// zero-filling 16-byte copy reads all 16 bytes for the memory checker, and
+// the span may end the allocation). Every thread of the block calls it.
+template <int kThreads>
+__device__ __forceinline__ void cp_async_span(uint32_t shared, const void* source, int bytes,
+                                              int extent) {
+  const int offset = static_cast<int>(reinterpret_cast<uintptr_t>(source) & 15);
+  const char* first = static_cast<const char*>(source) - offset;
+  const int blocks = (offset + extent + 15) / 16;
+#pragma unroll 1
+  for (int i = static_cast<int>(threadIdx.x); i < blocks; i += kThreads) {
+    const int valid = min(16, max(0, offset + bytes - 16 * i));
+    if (valid == 16 || valid == 0)
+      cp_async_16_zfill(shared + 16 * i, valid > 0 ? first + 16 * i : first, valid);
+    else
+      cp_async_pieces<4>(shared + 16 * i, first + 16 * i, valid);
+  }
+}
+
 // Warms L2 with `bytes` (rounded down to 16) from `source` (16-byte
 // aligned): a hint that reads nothing into the block, so it may run before
 // griddepcontrol.wait. One bulk prefetch on sm_90, else one per 128-byte line.

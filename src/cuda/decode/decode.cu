@@ -283,6 +283,9 @@ void decode_configure(const Problem& p, Plan& plan) {
           cluster_merge, merge_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
+  if (p.dtype != DType::F32 && p.page_size == 0 && !p.v_aliases_k && p.row_alignment >= 4 &&
+      p.row_alignment < 16)
+    plan.loads += "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous";
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,
@@ -303,6 +306,14 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.k_strides = kv_strides(t.k, p.page_size > 0);
   d.v_strides = kv_strides(t.v, p.page_size > 0);
   d.kv = make_kv_index(t, p);
+  // Packed spans (DecodeParams::packed_kv) where rows are not 16-byte aligned.
+  auto packed_rows = [](const TensorView& view, int64_t head_dim) {
+    return (view.sizes[2] <= 1 || view.strides[2] == head_dim) &&
+           reinterpret_cast<uintptr_t>(view.data) % 16 == 0;
+  };
+  d.packed_kv = d.copy_bytes >= 4 && d.copy_bytes < 16 && p.page_size == 0 && !p.v_aliases_k &&
+                p.dtype != DType::F32 && packed_rows(t.k, p.head_dim_qk) &&
+                packed_rows(t.v, p.head_dim_v);
   d.out_strides = strides(t.out);
   if (t.lse) {
     d.lse = static_cast<float*>(t.lse->data);

@@ -37,23 +37,37 @@ namespace fsdpa::detail::cuda {
 
 namespace decode_kernel {
 
-// kPaged: K and V rows through the block table (a paged cache), each row's
-// address looked up; else dense rows a constant stride apart. Two kernels,
-// so the dense one keeps its registers (one kernel with both load paths
-// spilled at 576/512). kList: the blocks are a list of splits over the
-// batch's lengths (decode_block; a template flag too: compiled in, the list
-// cost the dense calls without one 2-3%).
+// How a kernel reads the K and V rows of a stage (one kernel each, so the
+// dense one keeps its registers: one kernel with both the dense and the
+// paged loads spilled at 576/512):
+// - Rows: dense rows a constant stride apart, each 16-byte chunk by a
+//   cp.async (cp.async pieces where rows are not 16-byte aligned);
+// - Paged: rows through the block table (a paged cache), each row's address
+//   looked up;
+// - Packed: dense rows not 16-byte aligned but contiguous (the row stride
+//   is the head dim: a stage's rows are one span) in tensors whose base is
+//   16-byte aligned: the span by 16-byte cp.async (cp_async_span), kept as
+//   it is in shared memory (rows head dim x 2 bytes apart), and the
+//   fragments read by 32- and 16-bit loads instead of ldmatrix, which needs
+//   16-byte aligned rows. Narrow pieces cost 4x the copy instructions, each
+//   a warp spreading 128 useful bytes over 16 sectors.
+// kList: the blocks are a list of splits over the batch's lengths
+// (decode_block; a template flag too: compiled in, the list cost the dense
+// calls without one 2-3%).
+enum class KvLoad { Rows, Paged, Packed };
+
 #ifdef __CUDA_ARCH__
 inline constexpr int kDecodeMmaArch = __CUDA_ARCH__;
 #else
 inline constexpr int kDecodeMmaArch = 900;  // the host pass: launch bounds unused
 #endif
 
-template <typename T, int DQK, int DV, bool kPaged, bool kList>
+template <typename T, int DQK, int DV, KvLoad kLoad, bool kList>
 __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                   decode_mma_launch_blocks(DQK, DV, kDecodeMmaArch))
     decode_mma_kernel(const DecodeParams p) {
   constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
+  constexpr bool kPaged = kLoad == KvLoad::Paged, kPacked = kLoad == KvLoad::Packed;
   constexpr int kRows = kDecodeMmaRows;
   constexpr int kThreads = kDecodeMmaWarps * 32;
   constexpr int kKeys = kDecodeMmaKeysPerStream;  // per stream and stage
@@ -109,17 +123,38 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // once here (Q's tail is zero, but 0 x NaN from stale shared memory is not),
   // and the V tail only feeds O columns that are never stored. Copies of
   // head-dim tails cost as much as full ones (72 in the 128 bucket ran as
-  // slowly as 128: bench/NOTES.md, decode round 6).
-  for (int idx = tid; idx < kStages * kStageKeys * (DQK / 8); idx += kThreads) {
+  // slowly as 128: bench/NOTES.md, decode round 6). Packed stages have no
+  // tail columns: their K fragments zero the columns past Dqk instead.
+  for (int idx = tid; !kPacked && idx < kStages * kStageKeys * (DQK / 8); idx += kThreads) {
     const int row = idx / (DQK / 8), col = idx % (DQK / 8) * 8;
     if (col >= p.head_dim_qk)
       *reinterpret_cast<uint4*>(ring_s + row / kStageKeys * stage_elems + row % kStageKeys * kRowK +
                                 col) = make_uint4(0, 0, 0, 0);
   }
   const uint32_t ring = shared_address(ring_s);
+  // A packed stage: the span of its keys' K (V) rows lands at the start of
+  // the stage's K (V) region plus the span's offset in its 16-byte block
+  // (packed_offset), rows row_bytes apart. Rows of keys at or past key_end
+  // arrive as zeros: P is 0 there, but 0 x NaN from stale shared memory is
+  // not.
+  const int k_row_bytes = p.head_dim_qk * int{sizeof(T)},
+            v_row_bytes = p.head_dim_v * int{sizeof(T)};
+  auto packed_offset = [&](const T* rows, int key0, int row_bytes) {
+    return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(rows) + int64_t{key0} * row_bytes) &
+                                 15);
+  };
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
+    if constexpr (kPacked) {
+      const int keys = max(0, min(kStageKeys, key_end - key0));
+      cp_async_span<kThreads>(k_dst, k_rows + static_cast<int64_t>(key0) * p.head_dim_qk,
+                              keys * k_row_bytes, kStageKeys * k_row_bytes);
+      cp_async_span<kThreads>(k_dst + kStageKeys * kRowK * sizeof(T),
+                              v_rows + static_cast<int64_t>(key0) * p.head_dim_v,
+                              keys * v_row_bytes, kStageKeys * v_row_bytes);
+      return;
+    }
     if constexpr (kPaged) {  // each key's row through the block table
       const T* k = static_cast<const T*>(p.k);
       const T* v = static_cast<const T*>(p.v);
@@ -153,7 +188,18 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // The first stages' K and V rows into L2 while the kernel before may
   // still run (a prefetch reads nothing into the block): -0.6 us a call at
   // Lk=32768, D=128 (bench/NOTES.md, session 7).
-  if (!kPaged && p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned dense rows
+  if constexpr (kPacked) {  // the spans' whole 16-byte blocks
+    const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
+    if (tid < 2) {
+      const T* rows = tid == 0 ? k_rows : v_rows;
+      const int row_bytes = tid == 0 ? k_row_bytes : v_row_bytes;
+      const uintptr_t begin = reinterpret_cast<uintptr_t>(rows) + int64_t{key_begin} * row_bytes;
+      const uintptr_t first = (begin + 15) & ~uintptr_t{15};
+      const uintptr_t end = (begin + int64_t{ahead} * row_bytes) & ~uintptr_t{15};
+      if (end > first)
+        prefetch_l2(reinterpret_cast<const void*>(first), static_cast<uint32_t>(end - first));
+    }
+  } else if (!kPaged && p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned dense rows
     const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
     for (int i = tid; i < 2 * ahead; i += kThreads) {
       const bool is_v = i >= ahead;
@@ -215,6 +261,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                          stream * kKeys * kRowV;
     const int stage_key0 = key_begin + it * kStageKeys;
     const int key0 = stage_key0 + stream * kKeys;
+    // Packed stages: this thread's first word of the stream's K rows (row
+    // group, bytes 4 quad on) and first element of its V rows (rows 2 quad,
+    // column group of its part). The loads are volatile asm (mma.cuh): plain
+    // loads through shared pointers, which the compiler schedules freely,
+    // ran slower (bench/NOTES.md, session 25).
+    uint32_t k_packed = 0, v_packed = 0;
+    if constexpr (kPacked) {
+      const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
+      k_packed = stage + packed_offset(k_rows, stage_key0, k_row_bytes) +
+                 (stream * kKeys + group) * k_row_bytes + 4 * quad;
+      v_packed = stage + kStageKeys * kRowK * uint32_t{sizeof(T)} +
+                 packed_offset(v_rows, stage_key0, v_row_bytes) +
+                 (stream * kKeys + 2 * quad) * v_row_bytes + (part * kDvPart + group) * sizeof(T);
+    }
 
     // S = Q K^T: 16 rows x this stream's 16 keys. With kQkShares > 1 the
     // warps of a stream (its Dv parts) each take a share of the k-steps, then
@@ -231,8 +291,23 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       const int kk = (kQkShares > 1 ? part : 0) * kKStepsPerShare + j;
       if (kKSteps % kQkShares != 0 && kk >= kKSteps) break;
       uint32_t a[4], b[4];
+      if constexpr (kPacked) {
+        // What ldmatrix gives: keys group and group + 8, columns 2 quad and
+        // 2 quad + 8 of the k-step (Dqk is even), with the columns past Dqk
+        // zero (there the words hold the next row's elements, and Q's zeros
+        // times a NaN are not zero).
+        if (kk * 16 >= p.head_dim_qk) break;
+        const int column = kk * 16 + 2 * quad;
+        const uint32_t at = k_packed + kk * 16 * sizeof(T);
+        const uint32_t group8 = 8 * k_row_bytes;
+        b[0] = column < p.head_dim_qk ? load_shared_b32(at) : 0u;
+        b[1] = column + 8 < p.head_dim_qk ? load_shared_b32(at + 16) : 0u;
+        b[2] = column < p.head_dim_qk ? load_shared_b32(at + group8) : 0u;
+        b[3] = column + 8 < p.head_dim_qk ? load_shared_b32(at + group8 + 16) : 0u;
+      } else {
+        ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
+      }
       ldmatrix_x4(a, q_frag + kk * 16 * sizeof(T));
-      ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
       mma_16x8x16<T>(s[0], a, b[0], b[1]);
       mma_16x8x16<T>(s[1], a, b[2], b[3]);
     }
@@ -315,7 +390,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
 #pragma unroll
     for (int n2 = 0; n2 < kDvPart / 16; ++n2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
+      if constexpr (kPacked) {
+        // What ldmatrix.trans gives: keys 2 quad, + 1 (and + 8, + 9) of
+        // column group (and group + 8) of the 16; columns past Dv are never
+        // stored, whatever they hold.
+        if (part * kDvPart + n2 * 16 >= p.head_dim_v) break;
+        const uint32_t at = v_packed + n2 * 16 * sizeof(T);
+        const uint32_t row = v_row_bytes, group8 = 8 * v_row_bytes;
+        b[0] = load_shared_u16_pair(at, row);
+        b[1] = load_shared_u16_pair(at + group8, row);
+        b[2] = load_shared_u16_pair(at + 16, row);
+        b[3] = load_shared_u16_pair(at + group8 + 16, row);
+      } else {
+        ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
+      }
       mma_16x8x16<T>(o[2 * n2], a, b[0], b[1]);
       mma_16x8x16<T>(o[2 * n2 + 1], a, b[2], b[3]);
     }
@@ -355,30 +443,43 @@ inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int mul
 // kernel.
 template <typename T, int DQK, int DV>
 int mma_binary_version() {
-  return prepare_launch(reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, false, false>),
-                        kDecodeMmaWarps * 32, 0, "decode_mma_kernel");
+  return prepare_launch(
+      reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, KvLoad::Rows, false>),
+      kDecodeMmaWarps * 32, 0, "decode_mma_kernel");
 }
 
-// The split kernel for a call: paged or dense, with a list of splits or
+// The split kernel for a call: its loads (KvLoad), with a list of splits or
 // without (decode_mma_split_list: the planner plans none at 576/512).
+template <typename T, int DQK, int DV, bool kList>
+void (*mma_kernel_for(KvLoad load))(DecodeParams) {
+  switch (load) {
+    case KvLoad::Rows:
+      return decode_mma_kernel<T, DQK, DV, KvLoad::Rows, kList>;
+    case KvLoad::Paged:
+      return decode_mma_kernel<T, DQK, DV, KvLoad::Paged, kList>;
+    case KvLoad::Packed:
+      return decode_mma_kernel<T, DQK, DV, KvLoad::Packed, kList>;
+  }
+  throw Error("fsdpa: internal: decode kernel loads " + std::to_string(static_cast<int>(load)));
+}
 template <typename T, int DQK, int DV>
-void (*mma_kernel_for(bool paged, bool list))(DecodeParams) {
+void (*mma_kernel_for(const DecodeParams& p))(DecodeParams) {
+  const KvLoad load = p.kv.block_table != nullptr ? KvLoad::Paged
+                      : p.packed_kv != 0          ? KvLoad::Packed
+                                                  : KvLoad::Rows;
   if constexpr (decode_mma_split_list(DQK, DV)) {
-    if (list)
-      return paged ? decode_mma_kernel<T, DQK, DV, true, true>
-                   : decode_mma_kernel<T, DQK, DV, false, true>;
-  } else if (list) {
+    if (p.split_slots != 0) return mma_kernel_for<T, DQK, DV, true>(load);
+  } else if (p.split_slots != 0) {
     throw Error("fsdpa: internal: a decode plan with a list of splits for the " +
                 std::to_string(DQK) + "/" + std::to_string(DV) +
                 " tensor-core kernel, which takes none");
   }
-  return paged ? decode_mma_kernel<T, DQK, DV, true, false>
-               : decode_mma_kernel<T, DQK, DV, false, false>;
+  return mma_kernel_for<T, DQK, DV, false>(load);
 }
 
 template <typename T, int DQK, int DV>
 void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
-  const auto kernel = mma_kernel_for<T, DQK, DV>(p.kv.block_table != nullptr, p.split_slots != 0);
+  const auto kernel = mma_kernel_for<T, DQK, DV>(p);
   const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
   const int64_t blocks = decode_grid_blocks(p);
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32,
@@ -405,7 +506,8 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
 
 template <typename T, int DQK, int DV>
 int mma_blocks_per_sm(int /*rows_per_kv_head*/, bool v_aliases_k) {
-  const auto kernel = decode_mma_kernel<T, DQK, DV, false, false>;  // the others: the same tiling
+  // The others: the same tiling.
+  const auto kernel = decode_mma_kernel<T, DQK, DV, KvLoad::Rows, false>;
   const size_t smem = decode_mma_smem_bytes(DQK, DV, v_aliases_k);
   prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
                  "decode_mma_kernel");

@@ -57,6 +57,11 @@ struct DecodeParams {
   // (Problem::row_alignment: 16, 8, 4 or 2 bytes); below 16 the split
   // kernels copy through copy_16_narrow and store element by element.
   int32_t copy_bytes = 16;
+  // Below 16: k's and v's rows are dense and contiguous (row stride = head
+  // dim), 4-byte aligned, in tensors whose base address is 16-byte aligned,
+  // and v does not alias k: the tensor-core kernel copies each stage's rows
+  // as one span (decode_mma_kernel.cuh: KvLoad::Packed).
+  int32_t packed_kv = 0;
   // Keys [key_begin, key_end) hold every key any row can see (all of
   // [0, len_k) with per-sequence lengths); split s covers
   // [key_begin + s * split keys, ...) of it. The split keys are
