@@ -263,9 +263,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     const int key0 = stage_key0 + stream * kKeys;
     // Packed stages: this thread's first word of the stream's K rows (row
     // group, bytes 4 quad on) and first element of its V rows (rows 2 quad,
-    // column group of its part). The loads are volatile asm (mma.cuh): plain
-    // loads through shared pointers, which the compiler schedules freely,
-    // ran slower (bench/NOTES.md, session 25).
+    // column group of its part).
     uint32_t k_packed = 0, v_packed = 0;
     if constexpr (kPacked) {
       const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
