@@ -486,6 +486,32 @@ TEST(CudaDecodePlan, PerSequenceLengthsPlanAListOfSplits) {
   EXPECT_EQ(planned(p).num_kv_splits, 1);
   EXPECT_EQ(planned(p).kv_split_slots, 0);
 }
+
+// What the plan says the split kernels load for rows that are not 16-byte
+// aligned: the pieces, and the packed spans of contiguous dense rows where
+// the tensor-core kernel takes them (the launch decides from the tensors).
+TEST(CudaDecodePlan, LoadsOfNarrowRows) {
+  if (!detail::cuda::decode_bucket_compiled(90, 90)) GTEST_SKIP() << "bucket not compiled";
+  Problem p;
+  p.batch = 1, p.heads_q = 32, p.heads_kv = 8, p.len_q = 1, p.len_k = 32768;
+  p.head_dim_qk = p.head_dim_v = 90, p.dtype = DType::BF16;
+  p.device = {DeviceType::CUDA, 0};
+  p.row_alignment = 4;
+  auto loads = [&](const Problem& problem) {
+    Plan plan;
+    detail::cuda::decode_configure(problem, plan);
+    return plan.loads;
+  };
+  EXPECT_EQ(loads(p),
+            "cp.async pieces of 4 bytes; 16-byte cp.async of each stage's span where k's and v's "
+            "rows are contiguous from 16-byte aligned bases");
+  p.page_size = 16, p.num_pages = 2048;  // a paged pool: its rows are gathered
+  EXPECT_EQ(loads(p), "cp.async pieces of 4 bytes");
+  p.page_size = 0, p.num_pages = 0, p.row_alignment = 2;  // odd rows: no 32-bit fragment loads
+  EXPECT_EQ(loads(p), "register copies of 2-byte elements");
+  p.row_alignment = 16;
+  EXPECT_EQ(loads(p), "cp.async, 16 bytes");
+}
 #endif
 
 }  // namespace

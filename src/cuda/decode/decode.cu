@@ -285,7 +285,9 @@ void decode_configure(const Problem& p, Plan& plan) {
   plan.loads = copy_16_loads(p.row_alignment);
   if (p.dtype != DType::F32 && p.page_size == 0 && !p.v_aliases_k && p.row_alignment >= 4 &&
       p.row_alignment < 16)
-    plan.loads += "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous";
+    plan.loads +=
+        "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
+        "16-byte aligned bases";
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,
