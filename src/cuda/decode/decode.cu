@@ -244,6 +244,20 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
                                                : 0;
 }
 
+namespace {
+
+// Whether the tensor-core split kernel reads narrow rows (4- or 8-byte
+// aligned) of a dense cache as packed spans where the tensors allow it
+// (contiguous rows from 16-byte aligned bases: make_decode_params;
+// decode_mma_kernel.cuh's KvLoad::Packed). The plan's loads and the launch
+// ask it alike, the launch with the tensors' own alignment.
+bool packs_narrow_rows(const Problem& p, int row_alignment) {
+  return p.dtype != DType::F32 && p.page_size == 0 && !p.v_aliases_k && row_alignment >= 4 &&
+         row_alignment < 16;
+}
+
+}  // namespace
+
 void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (covering == nullptr)  // only plan_for_row reaches here without supports()
@@ -283,8 +297,7 @@ void decode_configure(const Problem& p, Plan& plan) {
           cluster_merge, merge_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
-  if (p.dtype != DType::F32 && p.page_size == 0 && !p.v_aliases_k && p.row_alignment >= 4 &&
-      p.row_alignment < 16)
+  if (packs_narrow_rows(p, p.row_alignment))
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
@@ -308,13 +321,13 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.k_strides = kv_strides(t.k, p.page_size > 0);
   d.v_strides = kv_strides(t.v, p.page_size > 0);
   d.kv = make_kv_index(t, p);
-  // Packed spans (DecodeParams::packed_kv) where rows are not 16-byte aligned.
+  // Packed spans (DecodeParams::packed_kv): contiguous rows from 16-byte
+  // aligned bases.
   auto packed_rows = [](const TensorView& view, int64_t head_dim) {
     return (view.sizes[2] <= 1 || view.strides[2] == head_dim) &&
            reinterpret_cast<uintptr_t>(view.data) % 16 == 0;
   };
-  d.packed_kv = d.copy_bytes >= 4 && d.copy_bytes < 16 && p.page_size == 0 && !p.v_aliases_k &&
-                p.dtype != DType::F32 && packed_rows(t.k, p.head_dim_qk) &&
+  d.packed_kv = packs_narrow_rows(p, d.copy_bytes) && packed_rows(t.k, p.head_dim_qk) &&
                 packed_rows(t.v, p.head_dim_v);
   d.out_strides = strides(t.out);
   if (t.lse) {
