@@ -26,7 +26,9 @@
 #                AB_PREFILL=0 leaves the prefill table out of the A/B, AB_DECODE=0 the
 #                decode rows, AB_ARGS="--only-dqk 64,128" are the A/B prefill bench's arguments;
 #                for `ecosystem`: ECOSYSTEM_SUITES=0 skips the C++ GPU suites,
-#                ECOSYSTEM_SPLITS=0 the small-decode splits bench, ECOSYSTEM_PIP=0 pip install)
+#                ECOSYSTEM_SPLITS=0 the small-decode splits bench, ECOSYSTEM_PIP=0 pip install;
+#                any stage: RACECHECK_REPORT=hazard lists each hazard's shared address and
+#                threads, SASS_KERNELS=<regex> brings those kernels' SASS back)
 #
 # `prefill` is the short loop for prefill kernel work: the prefill GPU tests
 # and the NaN policy's, memcheck/racecheck on a small prefill grid
@@ -147,6 +149,12 @@ if command -v cuobjdump >/dev/null; then
        /HGMMA/ {g[k]++} /HMMA/ {h[k]++} /LDL|STL/ {l[k]++} /Function :/ {f[k]++}
        END {for (k in f) printf "sass %s: %d kernels, HGMMA %d, HMMA %d, LDL/STL %d\n", k, f[k], g[k], h[k], l[k]}' \
     "$OUT/sass.txt" | sort | tee -a "$SUMMARY"
+  # SASS_KERNELS (a regex of mangled names): those kernels' SASS comes back
+  # in sass-kernels.txt, to read a sanitizer's or a profile's offsets against.
+  if [ -n "${SASS_KERNELS:-}" ]; then
+    awk -v re="$SASS_KERNELS" '/Function :/ {keep = $3 ~ re} keep' "$OUT/sass.txt" >"$OUT/sass-kernels.txt"
+    say "sass of $SASS_KERNELS: $(grep -c 'Function :' "$OUT/sass-kernels.txt") kernels in sass-kernels.txt"
+  fi
   gzip -f "$OUT/sass.txt"
 fi
 
@@ -217,7 +225,10 @@ sanitize_small() {
   # compares with) is cuBLAS's own: racecheck reports one on the f16 576/512
   # top-left window case (bench/NOTES.md, session 15); excluding the cuBLAS
   # kernels (--kernel-name-exclude) made the sanitizer fail in them.
-  timeout $(limit "$3") compute-sanitizer --tool racecheck --error-exitcode 9 $BUILD/bin/$1 \
+  # RACECHECK_REPORT=hazard: each hazard with its shared address and threads
+  # (the default, analysis, names the two instructions only).
+  timeout $(limit "$3") compute-sanitizer --tool racecheck --error-exitcode 9 \
+    --racecheck-report "${RACECHECK_REPORT:-analysis}" $BUILD/bin/$1 \
     --gtest_filter="$2" --gtest_brief=1 >>"$log" 2>&1
   say "racecheck $4: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$log" | tail -1)"
   grep -E -m2 -A14 '^========= (Error|Warning): Race' "$log" | head -40 | tee -a "$SUMMARY"
