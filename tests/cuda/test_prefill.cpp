@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "cuda/decode/decode.h"
@@ -79,13 +80,13 @@ void expect_case(const Case& c) {
     EXPECT_LE(fused.relative_error, tol);
     EXPECT_LE(fused.lse_error, c.dtype == DType::F32 ? 1e-5 : 1e-3);
     // No more than 2x the error of the unfused path at the same precision,
-    // with a floor of two units roundoff of the dtype: the fused kernel rounds
-    // P and the output to it, up to u each, and with few output elements
-    // (D=1, 17 rows) the norm of those roundings alone can pass u
-    // (bench/NOTES.md, session 26).
-    const double roundoff = c.dtype == DType::BF16  ? 0x1p-7
-                            : c.dtype == DType::F16 ? 0x1p-10
-                                                    : 0x1p-23;
+    // with a floor of one unit roundoff u of the dtype, widened where the
+    // outputs are few: the fused kernel rounds P and the output to the
+    // dtype, and the norm of n such roundings strays by ~1/sqrt(n) of itself
+    // (a D=1 case of 34 outputs passed u, bench/NOTES.md, session 26).
+    const double unit = c.dtype == DType::BF16 ? 0x1p-8 : c.dtype == DType::F16 ? 0x1p-11 : 0x1p-24;
+    const double outputs = std::max<double>(1.0, static_cast<double>(fused.out.size()));
+    const double roundoff = unit * (1.0 + 2.0 / std::sqrt(outputs));
     EXPECT_LE(fused.relative_error, std::max({2.0 * unfused.relative_error, tol / 4, roundoff}));
   }
   EXPECT_GE(rows_run, 1);
