@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|runs]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|runs|trace]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -113,6 +113,14 @@ fi
 if [ -d .devbuild/deps/include ]; then
   cmake_extra+=("-DCMAKE_INCLUDE_PATH=$PWD/.devbuild/deps/include")
 fi
+# `trace` builds apart: its kernels carry the phase stamps, and may spill a
+# few bytes for them (the capped 256/256 consumer: 4), which its summary
+# shows rather than failing the build on.
+if [ "$STAGES" = trace ]; then
+  BUILD=.devbuild/trace
+  cmake_extra+=(-DFSDPA_PREFILL_TRACE=ON -DFSDPA_BUILD_BENCH=ON -DFSDPA_BUILD_TESTS=OFF
+    -DFSDPA_WERROR=OFF)
+fi
 t0=$(date +%s)
 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
   -DFSDPA_REQUIRE_PYTHON_TESTS=OFF -DFSDPA_HEAD_DIMS="$HEAD_DIMS" "${cmake_extra[@]}" \
@@ -125,6 +133,8 @@ grep -q "fsdpa: torch binding for torch" "$OUT/build.log" && TORCH_NATIVE=1
 say "torch binding: $(grep -E -o 'fsdpa: (torch binding for torch|no torch binding).*' "$OUT/build.log" | head -1)"
 if [ "$STAGES" = runs ]; then
   build_targets=(fsdpa_cli)  # the `runs` stage needs the command alone
+elif [ "$STAGES" = trace ]; then
+  build_targets=(prefill_trace)
 else
   build_targets=(fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill
     gpu_test_paged gpu_test_nan_policy)
@@ -134,7 +144,7 @@ ninja -C $BUILD -j16 "${build_targets[@]}" >>"$OUT/build.log" 2>&1 ||
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 # The binding on its own, so that a failure of it (a torch header this
 # machine's torch changed) costs the call only the binding's tests.
-if [ "$TORCH_NATIVE" = 1 ] && [ "$STAGES" != runs ]; then
+if [ "$TORCH_NATIVE" = 1 ] && [ "$STAGES" != runs ] && [ "$STAGES" != trace ]; then
   ninja -C $BUILD fsdpa_torch_native >"$OUT/torch-binding-build.log" 2>&1 ||
     { TORCH_NATIVE=0; say "torch binding build failed:"; grep -E -m3 -A6 "error" "$OUT/torch-binding-build.log" | cut -c1-240 | tee -a "$SUMMARY"; }
 fi
@@ -602,6 +612,23 @@ fi
 # `runs`: the quickest probe, for a call with little device time left: the
 # command alone (with FSDPA_HEAD_DIMS, e.g. "96"), then `fsdpa run --device
 # cuda` once per `;`-separated argument set of RUNS.
+# `trace`: the wgmma prefill kernel's phases a key tile (bench/prefill_trace.cpp;
+# src/cuda/prefill/trace.h) for each ';'-separated argument list of TRACE_RUNS
+# (by default the gemma2-9b shape, capped and not); stamps in trace-<i>.csv.
+if [ "$STAGES" = trace ]; then
+  grep -E "spill stores" "$OUT/build.log" | grep -v " 0 bytes spill" | cut -c1-200 | head -4 | tee -a "$SUMMARY"
+  IFS=';' read -r -a trace_sets <<<"${TRACE_RUNS:---dqk 256 --hq 16 --hkv 8 --lq 4096 --lk 4096 --causal --softcap 50;--dqk 256 --hq 16 --hkv 8 --lq 4096 --lk 4096 --causal}"
+  i=0
+  for trace_args in "${trace_sets[@]}"; do
+    read -r -a args <<<"$trace_args"
+    timeout "$(limit 60)" $BUILD/bin/prefill_trace "${args[@]}" --csv "$OUT/trace-$i.csv" \
+      >"$OUT/trace-$i.txt" 2>&1
+    say "prefill_trace ${trace_args}: rc=$?"
+    grep -E -A10 '^traced blocks|^prefill_trace:' "$OUT/trace-$i.txt" | tee -a "$SUMMARY"
+    i=$((i + 1))
+  done
+fi
+
 if [ "$STAGES" = runs ]; then
   IFS=';' read -r -a run_sets <<<"${RUNS:-}"
   for run_args in "${run_sets[@]}"; do

@@ -37,6 +37,7 @@
 #include "cuda/prefill/instances.h"
 #include "cuda/prefill/params.h"
 #include "cuda/prefill/tile_softmax.cuh"
+#include "cuda/prefill/trace.cuh"
 
 namespace fsdpa::detail::cuda {
 
@@ -115,22 +116,25 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     const int v_column0 = v_slice(p).column0;
     if (tma) {
       if (threadIdx.x != 0) return;
-      // One box per 64-column panel.
+      // One box per 64-column panel; trace_phase: key tile `tile`'s stamp
+      // in the phase trace (trace.h), -1 none.
       auto load = [&](const TileMap& map, uint32_t destination, uint32_t barrier, uint32_t bytes,
-                      int columns, int rows, int row0, int head_index, int column0) {
+                      int columns, int rows, int row0, int head_index, int column0, int tile,
+                      int trace_phase) {
+        if (trace_phase >= 0) trace_stamp(p, 0, tile, trace_phase);
         barrier_expect_bytes(barrier, bytes);
 #pragma unroll
         for (int panel = 0; panel * 64 < columns; ++panel)
           tma_load_4d(destination + panel * rows * 128, &map.map, barrier, column0 + panel * 64,
                       row0, head_index * map.head_step, batch * map.batch_step);
       };
-      load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head, 0);
+      load(maps.q, shared_q, q_barrier, kQBytes, kDqk, kTileQ, q0, head, 0, 0, -1);
       for (int tile = 0; tile < num_tiles; ++tile) {
         const int key0 = (tile_begin + tile) * kTileK;
         load(maps.k, shared_k + Ring::stage(tile) * kKBytes, k_ring.producer_acquire(tile), kKBytes,
-             kDqk, kTileK, key0, kv_head, 0);
+             kDqk, kTileK, key0, kv_head, 0, tile, 0);
         load(maps.v, shared_v + Ring::stage(tile) * kVBytes, v_ring.producer_acquire(tile), kVBytes,
-             kDv, kTileK, key0, kv_head, v_column0);
+             kDv, kTileK, key0, kv_head, v_column0, tile, 1);
       }
     } else if constexpr (kStaged) {
       // Q, then each K and V tile through staging buffer 0 (Q, the V tiles)
@@ -267,6 +271,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
 
   const int consumer = warpgroup - 1;
+  const int role = 1 + consumer;                            // in the phase trace (trace.h)
   const int warp = static_cast<int>(threadIdx.x) / 32 - 4;  // among the consumers' 8
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4;
@@ -343,33 +348,44 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     const bool rescale = softmax_tile<kSoftCap>(s, row_max, row_sum, correction, p, need_mask,
                                                 row_of, k0, quad, batch, head);
     pin_registers(s[0]);  // the softmax is done before the wait below, not after
+    trace_stamp(p, role, tile, kTraceSoftmax);
     wgmma_wait<0>();
     pin_registers(o[0]);
     if (rescale) rescale_output(o, correction);
+    trace_stamp(p, role, tile, kTraceOutput);
 #pragma unroll
     for (int kk = 0; kk < kTileK / 16; ++kk) p_fragment<T>(pa[kk], s[0], kk);
+    trace_stamp(p, role, tile, kTraceP);
   };
 
   // Tile 0 (no P V to issue yet) apart from the loop: a branch between a
   // wgmma's issue and its wait makes ptxas serialize the wgmmas (C7514).
   barrier_wait(q_barrier, 0);
   if (num_tiles > 0) {
+    trace_stamp(p, role, 0, kTraceTop);
     if (consumer == 1) pass_turn();
     take_turn();
+    trace_stamp(p, role, 0, kTraceTurn);
     issue_scores(0);
     pass_turn();
+    trace_stamp(p, role, 0, kTraceIssued);
     wgmma_wait<0>();
     pin_registers(s[0]);
+    trace_stamp(p, role, 0, kTraceScores);
     k_ring.consumer_release(0);
     softmax_to_p(0);
   }
   for (int it = 1; it < num_tiles; ++it) {
+    trace_stamp(p, role, it, kTraceTop);
     take_turn();
+    trace_stamp(p, role, it, kTraceTurn);
     issue_scores(it);
     issue_output(it - 1);
     pass_turn();
+    trace_stamp(p, role, it, kTraceIssued);
     wgmma_wait<1>();  // the scores; P V may still run
     pin_registers(s[0]);
+    trace_stamp(p, role, it, kTraceScores);
     k_ring.consumer_release(it);
     softmax_to_p(it);
     v_ring.consumer_release(it - 1);

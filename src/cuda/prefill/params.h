@@ -58,6 +58,9 @@ struct PrefillParams {
   // the 256/256 wgmma consumer spilled.
   float softcap_log2 = 0.0f, two_softcap_log2 = 0.0f, softcap_exponent = 0.0f;
   MaskSemantics semantics;
+#if defined(FSDPA_PREFILL_TRACE)
+  uint32_t* trace = nullptr;  // the phase trace's buffer (trace.h), or null
+#endif
 };
 
 }  // namespace fsdpa::detail::cuda

@@ -16,6 +16,7 @@
 #include "cuda/prefill/dispatch.h"
 #include "cuda/prefill/prefill.h"
 #include "cuda/prefill/simt_f32.h"
+#include "cuda/prefill/trace.h"
 
 #ifndef FSDPA_HEAD_DIMS_STRING
 #define FSDPA_HEAD_DIMS_STRING "all"
@@ -282,8 +283,19 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
     params.two_softcap_log2 = static_cast<float>(2.0 * plan.options.softcap * kLog2e);
     params.softcap_exponent = static_cast<float>(2.0 * plan.scale * kLog2e / plan.options.softcap);
   }
+#if defined(FSDPA_PREFILL_TRACE)
+  params.trace = prefill_trace();
+#endif
   return params;
 }
+
+#if defined(FSDPA_PREFILL_TRACE)
+namespace {
+uint32_t* trace_words = nullptr;
+}  // namespace
+void set_prefill_trace(uint32_t* device_words) { trace_words = device_words; }
+uint32_t* prefill_trace() { return trace_words; }
+#endif
 
 namespace {
 
