@@ -9,6 +9,16 @@ __device__ __forceinline__ uint32_t shared_address(const void* pointer) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
 
+// One 32-bit shared load, kept in order with the thread's other shared
+// accesses (volatile, memory clobber): the staged unstage reads words its
+// own stores may follow; the packed decode fragments read what a barrier
+// published (rows that ldmatrix cannot take: not 16-byte aligned).
+__device__ __forceinline__ uint32_t load_shared_4(uint32_t address) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+  return v;
+}
+
 // The thread's index and the block's z index, read where they are used: what
 // derives from them is neither kept in registers nor hoisted out of a
 // caller's loop (where it outlived a producer's or a decode kernel's

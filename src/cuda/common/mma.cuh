@@ -63,18 +63,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(address));
 }
 
-// Single 32- and 16-bit shared loads, for fragments of rows that ldmatrix
-// cannot take (rows not 16-byte aligned: a packed span, copy.cuh's
-// cp_async_span); volatile like ldmatrix, so they stay after the barrier
-// that publishes the rows. (staged_copy.cuh's load_shared_4 is the 32-bit
-// one with a memory clobber, for an unstage that orders its loads against
-// its own shared stores; these read what a barrier published and need none.)
-__device__ __forceinline__ uint32_t load_shared_b32(uint32_t address) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address));
-  return v;
-}
-// Two 16-bit elements `stride` bytes apart as one register, `address`'s low.
+// Two 16-bit shared elements `stride` bytes apart as one register,
+// `address`'s low: fragments of rows that ldmatrix cannot take (rows not
+// 16-byte aligned: a packed span, copy.cuh's cp_async_span); volatile like
+// ldmatrix, so they stay after the barrier that publishes the rows.
 __device__ __forceinline__ uint32_t load_shared_u16_pair(uint32_t address, uint32_t stride) {
   uint16_t low, high;
   asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(low) : "r"(address));

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/copy.cuh"
 #include "cuda/common/pipeline.cuh"
 #include "cuda/common/staged_copy.h"
 #include "cuda/common/tma.cuh"
@@ -78,12 +79,6 @@ __device__ __forceinline__ StagedRow packed_row(uint32_t buffer, int offset, int
                                                 int row_bytes, int r) {
   const int at = offset + r * row_bytes;
   return {buffer + static_cast<uint32_t>(at & ~15), at & 15, r < rows ? row_bytes : 0};
-}
-
-__device__ __forceinline__ uint32_t load_shared_4(uint32_t address) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
-  return v;
 }
 
 __device__ __forceinline__ void store_shared_16(uint32_t address, const uint32_t (&v)[4]) {

@@ -298,10 +298,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         const int column = kk * 16 + 2 * quad;
         const uint32_t at = k_packed + kk * 16 * sizeof(T);
         const uint32_t group8 = 8 * k_row_bytes;
-        b[0] = column < p.head_dim_qk ? load_shared_b32(at) : 0u;
-        b[1] = column + 8 < p.head_dim_qk ? load_shared_b32(at + 16) : 0u;
-        b[2] = column < p.head_dim_qk ? load_shared_b32(at + group8) : 0u;
-        b[3] = column + 8 < p.head_dim_qk ? load_shared_b32(at + group8 + 16) : 0u;
+        b[0] = column < p.head_dim_qk ? load_shared_4(at) : 0u;
+        b[1] = column + 8 < p.head_dim_qk ? load_shared_4(at + 16) : 0u;
+        b[2] = column < p.head_dim_qk ? load_shared_4(at + group8) : 0u;
+        b[3] = column + 8 < p.head_dim_qk ? load_shared_4(at + group8 + 16) : 0u;
       } else {
         ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
       }
