@@ -134,7 +134,7 @@ say "torch binding: $(grep -E -o 'fsdpa: (torch binding for torch|no torch bindi
 if [ "$STAGES" = runs ]; then
   build_targets=(fsdpa_cli)  # the `runs` stage needs the command alone
 elif [ "$STAGES" = trace ]; then
-  build_targets=(prefill_trace)
+  build_targets=(fsdpa_cli)  # fsdpa run --trace
 else
   build_targets=(fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill
     gpu_test_paged gpu_test_nan_policy)
@@ -612,7 +612,7 @@ fi
 # `runs`: the quickest probe, for a call with little device time left: the
 # command alone (with FSDPA_HEAD_DIMS, e.g. "96"), then `fsdpa run --device
 # cuda` once per `;`-separated argument set of RUNS.
-# `trace`: the wgmma prefill kernel's phases a key tile (bench/prefill_trace.cpp;
+# `trace`: the wgmma prefill kernel's phases a key tile (`fsdpa run --trace`;
 # src/cuda/prefill/trace.h) for each ';'-separated argument list of TRACE_RUNS
 # (by default the gemma2-9b shape, capped and not); stamps in trace-<i>.csv.
 if [ "$STAGES" = trace ]; then
@@ -621,10 +621,11 @@ if [ "$STAGES" = trace ]; then
   i=0
   for trace_args in "${trace_sets[@]}"; do
     read -r -a args <<<"$trace_args"
-    timeout "$(limit 60)" $BUILD/bin/prefill_trace "${args[@]}" --csv "$OUT/trace-$i.csv" \
-      >"$OUT/trace-$i.txt" 2>&1
-    say "prefill_trace ${trace_args}: rc=$?"
-    grep -E -A10 '^traced blocks|^prefill_trace:' "$OUT/trace-$i.txt" | tee -a "$SUMMARY"
+    timeout "$(limit 60)" $BUILD/bin/fsdpa run --device cuda --policy fused "${args[@]}" \
+      --trace "$OUT/trace-$i.csv" >"$OUT/trace-$i.txt" 2>&1
+    say "fsdpa run --trace ${trace_args}: rc=$?"
+    grep -E '^(kernel|time|rate|fsdpa)' "$OUT/trace-$i.txt" | cut -c1-200 | tee -a "$SUMMARY"
+    grep -E -A9 '^traced blocks' "$OUT/trace-$i.txt" | tee -a "$SUMMARY"
     i=$((i + 1))
   done
 fi

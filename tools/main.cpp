@@ -23,6 +23,9 @@
 
 #include "fsdpa/fsdpa.h"
 #include "harness.h"
+#if defined(FSDPA_PREFILL_TRACE)
+#include "phase_trace.h"
+#endif
 #include "presets.h"
 #include "report.h"
 #include "select/table.h"
@@ -417,6 +420,7 @@ struct RunFlags {
   bool check = false, compare = false;
   std::string json;
   std::string row;
+  std::string trace;  // FSDPA_PREFILL_TRACE builds: --trace FILE
 };
 
 int cmd_run(const CLI::App& app, const RunFlags& f, const std::string& command) {
@@ -431,7 +435,14 @@ int cmd_run(const CLI::App& app, const RunFlags& f, const std::string& command) 
   settings.check = f.check;
   settings.unfused = f.compare;
   settings.seed = seed;
+#if defined(FSDPA_PREFILL_TRACE)
+  std::optional<PhaseTrace> trace;
+  if (!f.trace.empty()) trace.emplace();
+#endif
   const CaseResult r = run_case(c, settings);
+#if defined(FSDPA_PREFILL_TRACE)
+  if (trace && r.plan) trace->report(f.trace, std::cout);
+#endif
   if (!f.json.empty())
     write_json(f.json, ReportHeader{command, device.name, device.reason, seed}, {c}, {r});
   if (!r.plan || r.status == "error" || r.status == "unsupported") {
@@ -535,6 +546,11 @@ int dispatch(int argc, char** argv) {
                    "plan on this row of the selection table (`fsdpa plan --matrix` lists "
                    "them) instead of plan()'s choice: an A/B of the rows that serve a shape")
       ->check(CLI::IsMember(row_names()));
+#if defined(FSDPA_PREFILL_TRACE)
+  run_app->add_option("--trace", run_flags.trace,
+                      "write the wgmma prefill kernel's phase stamps of the last launch to FILE "
+                      "(CSV) and print each phase's cycles a key tile");
+#endif
   run_app->footer(presets_text());
 
   BenchFlags bench_flags;

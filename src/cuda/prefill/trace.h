@@ -1,5 +1,5 @@
 // The wgmma prefill kernel's phase trace, for builds with
-// -DFSDPA_PREFILL_TRACE=ON only (bench/prefill_trace.cpp reads it): where a
+// -DFSDPA_PREFILL_TRACE=ON only (`fsdpa run --trace`, tools/phase_trace.h): where a
 // consumer warpgroup's key-tile period goes (its turn, its products, the
 // softmax), stamped with the SM's clock in the first blocks of a launch.
 //
