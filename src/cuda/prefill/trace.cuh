@@ -34,11 +34,11 @@ __device__ __forceinline__ void trace_stamp([[maybe_unused]] const PrefillParams
                          static_cast<unsigned>(tile) % unsigned{kTraceTiles}) *
                             kTracePhases +
                         phase;
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(now));
-  asm volatile("{\n.reg .pred on;\nsetp.ne.u32 on, %0, 0;\n@on st.global.u64 [%1], %2;\n}\n" ::"r"(
+  unsigned now;  // the clock's low 32 bits: a slot is one 32-bit word
+  asm volatile("mov.u32 %0, %%clock;\n" : "=r"(now));
+  asm volatile("{\n.reg .pred on;\nsetp.ne.u32 on, %0, 0;\n@on st.global.u32 [%1], %2;\n}\n" ::"r"(
                    on ? 1u : 0u),
-               "l"(p.trace + slot), "l"(now));
+               "l"(p.trace + slot), "r"(now));
 #endif
 }
 
