@@ -95,29 +95,40 @@ __device__ __forceinline__ void copy_16(uint32_t shared_destination, const T* so
     copy_16_narrow(shared_destination, source, valid_bytes, alignment);
 }
 
-// Copies the `bytes` bytes at `source` (a span of whole rows of a matrix
-// whose rows are contiguous; 4-byte aligned) by 16-byte cp.async of the
-// aligned blocks that cover it, so rows of any alignment take the wide
-// copies; the span lands at shared + (source & 15) (shared 16-byte aligned),
-// and the blocks up to `extent` bytes past that point arrive as zeros. The
-// first block's bytes before `source` are read too: they must be readable
-// (the tensor's base address is 16-byte aligned). The block that holds the
-// span's end goes in 4-byte pieces, so that nothing past the end is read (a
-// zero-filling 16-byte copy reads all 16 bytes for the memory checker, and
-// the span may end the allocation). Every thread of the block calls it.
-template <int kThreads>
-__device__ __forceinline__ void cp_async_span(uint32_t shared, const void* source, int bytes,
-                                              int extent) {
+// A span of `bytes` bytes at `source` (whole rows of a matrix whose rows are
+// contiguous; 4-byte aligned) as the 16-byte aligned blocks that cover it, so
+// that rows of any alignment take wide copies: it lands at shared + offset
+// (shared 16-byte aligned), and the blocks up to `extent` bytes past that
+// point arrive as zeros. The first block's bytes before `source` are read
+// too: they must be readable (the tensor's base address is 16-byte aligned).
+struct SpanBlocks {
+  const char* first;  // the first block: source - offset
+  int offset, bytes;
+  int whole;   // blocks [0, whole) lie inside the span
+  int blocks;  // blocks [0, blocks) reach the extent
+};
+__device__ __forceinline__ SpanBlocks span_blocks(const void* source, int bytes, int extent) {
   const int offset = static_cast<int>(reinterpret_cast<uintptr_t>(source) & 15);
-  const char* first = static_cast<const char*>(source) - offset;
-  const int blocks = (offset + extent + 15) / 16;
+  return {static_cast<const char*>(source) - offset, offset, bytes, (offset + bytes) / 16,
+          (offset + extent + 15) / 16};
+}
+
+// Blocks [from, span.blocks) of a span by cp.async, strided over the
+// block's kThreads threads (every one calls it): the whole ones by 16-byte
+// copies, the one that holds the span's end in 4-byte pieces (so that
+// nothing past the end is read: a zero-filling 16-byte copy reads all 16
+// bytes for the memory checker, and the span may end the allocation), the
+// ones past it as zeros.
+template <int kThreads>
+__device__ __forceinline__ void cp_async_span_blocks(uint32_t shared, const SpanBlocks& span,
+                                                     int from) {
 #pragma unroll 1
-  for (int i = static_cast<int>(threadIdx.x); i < blocks; i += kThreads) {
-    const int valid = min(16, max(0, offset + bytes - 16 * i));
+  for (int i = from + static_cast<int>(threadIdx.x); i < span.blocks; i += kThreads) {
+    const int valid = min(16, max(0, span.offset + span.bytes - 16 * i));
     if (valid == 16 || valid == 0)
-      cp_async_16_zfill(shared + 16 * i, valid > 0 ? first + 16 * i : first, valid);
+      cp_async_16_zfill(shared + 16 * i, valid > 0 ? span.first + 16 * i : span.first, valid);
     else
-      cp_async_pieces<4>(shared + 16 * i, first + 16 * i, valid);
+      cp_async_pieces<4>(shared + 16 * i, span.first + 16 * i, valid);
   }
 }
 

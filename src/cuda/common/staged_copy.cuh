@@ -33,15 +33,6 @@
 
 namespace fsdpa::detail::cuda {
 
-__device__ __forceinline__ void bulk_copy_global_to_shared(uint32_t destination, const void* source,
-                                                           uint32_t bytes, uint32_t barrier) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(destination),
-      "l"(source), "r"(bytes), "r"(barrier)
-      : "memory");
-}
-
 // Stages `bytes` bytes from `start` (null or no bytes: nothing copied) at
 // the 16-byte block offset they have in memory, `start` % 16, of the staging
 // memory at `staged`: the bulk copy of their covering blocks (that ends at

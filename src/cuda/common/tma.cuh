@@ -45,6 +45,24 @@ __device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) 
       : "memory");
 }
 
+// Retires a barrier whose phases are all complete, so that its 8 bytes may
+// hold other data.
+__device__ __forceinline__ void barrier_invalidate(uint32_t barrier) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// Copies `bytes` (a multiple of 16) from global `source` to shared
+// `destination` (both 16-byte aligned) in one bulk copy, completing the
+// bytes on `barrier`.
+__device__ __forceinline__ void bulk_copy_global_to_shared(uint32_t destination, const void* source,
+                                                           uint32_t bytes, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(destination),
+      "l"(source), "r"(bytes), "r"(barrier)
+      : "memory");
+}
+
 // Copies the box at (column, row, head, batch) of a 4-d tensor map into
 // shared memory at `destination`, completing `bytes` on `barrier`.
 __device__ __forceinline__ void tma_load_4d(uint32_t destination, const CUtensorMap* map,

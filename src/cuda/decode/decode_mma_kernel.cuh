@@ -28,6 +28,7 @@
 #include "cuda/common/copy.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/pipeline.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
@@ -46,11 +47,14 @@ namespace decode_kernel {
 //   looked up;
 // - Packed: dense rows not 16-byte aligned but contiguous (the row stride
 //   is the head dim: a stage's rows are one span) in tensors whose base is
-//   16-byte aligned: the span by 16-byte cp.async (cp_async_span), kept as
-//   it is in shared memory (rows head dim x 2 bytes apart), and the
-//   fragments read by 32- and 16-bit loads instead of ldmatrix, which needs
-//   16-byte aligned rows. Narrow pieces cost 4x the copy instructions, each
-//   a warp spreading 128 useful bytes over 16 sectors.
+//   16-byte aligned: the span's 16-byte blocks (span_blocks) kept as they
+//   are in shared memory (rows head dim x 2 bytes apart), and the fragments
+//   read by 32- and 16-bit loads instead of ldmatrix, which needs 16-byte
+//   aligned rows. Narrow pieces cost 4x the copy instructions, each a warp
+//   spreading 128 useful bytes over 16 sectors. On sm_90 one thread copies
+//   the blocks wholly inside the span by one bulk copy per operand,
+//   completing on the stage's barrier (kBulkSpans), so the warps that
+//   compute issue no copies; before it, all threads by cp.async.
 // kList: the blocks are a list of splits over the batch's lengths
 // (decode_block; a template flag too: compiled in, the list cost the dense
 // calls without one 2-3%).
@@ -68,6 +72,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     decode_mma_kernel(const DecodeParams p) {
   constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
   constexpr bool kPaged = kLoad == KvLoad::Paged, kPacked = kLoad == KvLoad::Packed;
+  constexpr bool kBulkSpans = kPacked && kDecodeMmaArch >= 900;
   constexpr int kRows = kDecodeMmaRows;
   constexpr int kThreads = kDecodeMmaWarps * 32;
   constexpr int kKeys = kDecodeMmaKeysPerStream;  // per stream and stage
@@ -132,6 +137,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                 col) = make_uint4(0, 0, 0, 0);
   }
   const uint32_t ring = shared_address(ring_s);
+  // kBulkSpans: a stage's bulk copies complete on its barrier of `full`, in
+  // the stream stats' memory (used only after the key loop).
+  const StageBarriers<kStages> full(shared_address(stats_s));
+  static_assert(!kBulkSpans || kSmem.stats >= StageBarriers<kStages>::kBytes);
+  if constexpr (kBulkSpans) {
+    if (tid == 0) {
+      full.init(1);
+      barrier_init_fence();  // the others wait on them after the key loop's first block barrier
+    }
+    // Thread 0 arms them in the prologue: ordered after the inits in its own
+    // program, but ptxas issues the inits for the whole warp, which
+    // racecheck then counts as another lane's writes.
+    __syncwarp();
+  }
   // A packed stage: the span of its keys' K (V) rows lands at the start of
   // the stage's K (V) region plus the span's offset in its 16-byte block
   // (packed_offset), rows row_bytes apart. Rows of keys at or past key_end
@@ -148,11 +167,25 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     const int key0 = key_begin + tile * kStageKeys;
     if constexpr (kPacked) {
       const int keys = max(0, min(kStageKeys, key_end - key0));
-      cp_async_span<kThreads>(k_dst, k_rows + static_cast<int64_t>(key0) * p.head_dim_qk,
-                              keys * k_row_bytes, kStageKeys * k_row_bytes);
-      cp_async_span<kThreads>(k_dst + kStageKeys * kRowK * sizeof(T),
-                              v_rows + static_cast<int64_t>(key0) * p.head_dim_v,
-                              keys * v_row_bytes, kStageKeys * v_row_bytes);
+      const uint32_t v_dst = k_dst + kStageKeys * kRowK * sizeof(T);
+      const SpanBlocks k = span_blocks(k_rows + static_cast<int64_t>(key0) * p.head_dim_qk,
+                                       keys * k_row_bytes, kStageKeys * k_row_bytes);
+      const SpanBlocks v = span_blocks(v_rows + static_cast<int64_t>(key0) * p.head_dim_v,
+                                       keys * v_row_bytes, kStageKeys * v_row_bytes);
+      if constexpr (kBulkSpans) {
+        if (tid == 0) {
+          const uint32_t barrier = full.at(tile);
+          fence_async_shared();  // after the reads of the stage's last use (the loop's barrier)
+          barrier_expect_bytes(barrier, 16 * uint32_t(k.whole + v.whole));
+          if (k.whole > 0) bulk_copy_global_to_shared(k_dst, k.first, 16 * k.whole, barrier);
+          if (v.whole > 0) bulk_copy_global_to_shared(v_dst, v.first, 16 * v.whole, barrier);
+        }
+        cp_async_span_blocks<kThreads>(k_dst, k, k.whole);
+        cp_async_span_blocks<kThreads>(v_dst, v, v.whole);
+      } else {
+        cp_async_span_blocks<kThreads>(k_dst, k, 0);
+        cp_async_span_blocks<kThreads>(v_dst, v, 0);
+      }
       return;
     }
     if constexpr (kPaged) {  // each key's row through the block table
@@ -255,6 +288,11 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       if (next < num_tiles) load_stage(next);
       cp_async_commit();
     }
+    // kBulkSpans: stage `it`'s bulk copies, waited on after the next
+    // stage's are issued (so that kStages stages are in flight, not
+    // kStages - 1), and after the block barrier, which also publishes
+    // thread 0's barrier_init to the others before their first wait.
+    if constexpr (kBulkSpans) full.wait(it);
     const T* stage_k = ring_s + (it % kStages) * stage_elems + stream * kKeys * kRowK;
     const T* stage_v = v_aliases_k ? stage_k
                                    : ring_s + (it % kStages) * stage_elems + kStageKeys * kRowK +
@@ -407,6 +445,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     }
   }
   cp_async_wait<0>();
+  if (kBulkSpans && tid == 0)
+    full.invalidate();  // every use waited on: the stats may take their memory
 
   // ---- the streams' (max, sum) and O into shared memory, then the epilogue
   __syncthreads();  // every warp is done with the ring: the merge reuses it
