@@ -63,17 +63,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(address));
 }
 
-// Two 16-bit shared elements `stride` bytes apart as one register,
-// `address`'s low: fragments of rows that ldmatrix cannot take (rows not
-// 16-byte aligned: a packed span, copy.cuh's span_blocks); volatile like
-// ldmatrix, so they stay after the barrier that publishes the rows.
-__device__ __forceinline__ uint32_t load_shared_u16_pair(uint32_t address, uint32_t stride) {
-  uint16_t low, high;
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(low) : "r"(address));
-  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(high) : "r"(address + stride));
-  return low | static_cast<uint32_t>(high) << 16;
-}
-
 // Two floats as one 32-bit register of 16-bit values; `low` is the lower
 // column index, as the fragment layouts expect.
 template <typename T>

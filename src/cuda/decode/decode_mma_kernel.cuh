@@ -49,12 +49,13 @@ namespace decode_kernel {
 //   is the head dim: a stage's rows are one span) in tensors whose base is
 //   16-byte aligned: the span's 16-byte blocks (span_blocks) kept as they
 //   are in shared memory (rows head dim x 2 bytes apart), and the fragments
-//   read by 32- and 16-bit loads instead of ldmatrix, which needs 16-byte
-//   aligned rows. Narrow pieces cost 4x the copy instructions, each a warp
-//   spreading 128 useful bytes over 16 sectors. On sm_90 one thread copies
-//   the blocks wholly inside the span by one bulk copy per operand,
-//   completing on the stage's barrier (kBulkSpans), so the warps that
-//   compute issue no copies; before it, all threads by cp.async.
+//   read by 32-bit loads instead of ldmatrix, which needs 16-byte aligned
+//   rows (V's split by byte permutes, its P V tiles' columns permuted).
+//   Narrow pieces cost 4x the copy instructions, each a warp spreading 128
+//   useful bytes over 16 sectors. On sm_90 one thread copies the blocks
+//   wholly inside the span by one bulk copy per operand, completing on the
+//   stage's barrier (kBulkSpans), so the warps that compute issue no
+//   copies; before sm_90, all threads by cp.async.
 // kList: the blocks are a list of splits over the batch's lengths
 // (decode_block; a template flag too: compiled in, the list cost the dense
 // calls without one 2-3%).
@@ -300,8 +301,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     const int stage_key0 = key_begin + it * kStageKeys;
     const int key0 = stage_key0 + stream * kKeys;
     // Packed stages: this thread's first word of the stream's K rows (row
-    // group, bytes 4 quad on) and first element of its V rows (rows 2 quad,
-    // column group of its part).
+    // group, bytes 4 quad on) and of its V rows (rows 2 quad, columns
+    // 2 group and 2 group + 1 of its part).
     uint32_t k_packed = 0, v_packed = 0;
     if constexpr (kPacked) {
       const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
@@ -309,7 +310,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                  (stream * kKeys + group) * k_row_bytes + 4 * quad;
       v_packed = stage + kStageKeys * kRowK * uint32_t{sizeof(T)} +
                  packed_offset(v_rows, stage_key0, v_row_bytes) +
-                 (stream * kKeys + 2 * quad) * v_row_bytes + (part * kDvPart + group) * sizeof(T);
+                 (stream * kKeys + 2 * quad) * v_row_bytes +
+                 (part * kDvPart + 2 * group) * sizeof(T);
     }
 
     // S = Q K^T: 16 rows x this stream's 16 keys. With kQkShares > 1 the
@@ -427,16 +429,22 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     for (int n2 = 0; n2 < kDvPart / 16; ++n2) {
       uint32_t b[4];
       if constexpr (kPacked) {
-        // What ldmatrix.trans gives: keys 2 quad, + 1 (and + 8, + 9) of
-        // column group (and group + 8) of the 16; columns past Dv are never
-        // stored, whatever they hold.
+        // Tile 2 n2 takes the 16 columns' even ones and tile 2 n2 + 1 the
+        // odd ones (column j of either: 16 n2 + 2 j, + 1), so that this
+        // thread's keys 2 quad, + 1 (and + 8, + 9) of its column pair
+        // 2 group, + 1 are one 32-bit word each, split between the tiles by
+        // byte permutes (ldmatrix.trans's fragments of the two tiles: 8
+        // 16-bit loads). The epilogue puts the columns back. Columns past
+        // Dv are never stored, whatever they hold.
         if (part * kDvPart + n2 * 16 >= p.head_dim_v) break;
         const uint32_t at = v_packed + n2 * 16 * sizeof(T);
         const uint32_t row = v_row_bytes, group8 = 8 * v_row_bytes;
-        b[0] = load_shared_u16_pair(at, row);
-        b[1] = load_shared_u16_pair(at + group8, row);
-        b[2] = load_shared_u16_pair(at + 16, row);
-        b[3] = load_shared_u16_pair(at + group8 + 16, row);
+        const uint32_t w0 = load_shared_4(at), w1 = load_shared_4(at + row);
+        const uint32_t w8 = load_shared_4(at + group8), w9 = load_shared_4(at + group8 + row);
+        b[0] = __byte_perm(w0, w1, 0x5410);  // the low halves: the even column
+        b[1] = __byte_perm(w8, w9, 0x5410);
+        b[2] = __byte_perm(w0, w1, 0x7632);  // the high halves: the odd one
+        b[3] = __byte_perm(w8, w9, 0x7632);
       } else {
         ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
       }
@@ -456,10 +464,18 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     const float sum = quad_sum(row_sum[r]);
     const int row = group + 8 * r;
     if (part == 0 && quad == 0) stats_s[stream * kRows + row] = make_float2(row_max[r], sum);
-    float* dst = merge_s + (stream * kRows + row) * DV + part * kDvPart + 2 * quad;
+    float* dst = merge_s + (stream * kRows + row) * DV + part * kDvPart;
+    if constexpr (kPacked) {  // tiles 2 n2 and 2 n2 + 1: the even and odd columns of 16
 #pragma unroll
-    for (int n = 0; n < kDvPart / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      for (int n2 = 0; n2 < kDvPart / 16; ++n2)
+        *reinterpret_cast<float4*>(dst + n2 * 16 + 4 * quad) = make_float4(
+            o[2 * n2][2 * r], o[2 * n2 + 1][2 * r], o[2 * n2][2 * r + 1], o[2 * n2 + 1][2 * r + 1]);
+    } else {
+#pragma unroll
+      for (int n = 0; n < kDvPart / 8; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8 + 2 * quad) =
+            make_float2(o[n][2 * r], o[n][2 * r + 1]);
+    }
   }
   __syncthreads();
   if (p.cluster_merge != 0)  // q_s is free: it holds the block's row totals
