@@ -453,11 +453,15 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     }
   }
   cp_async_wait<0>();
-  if (kBulkSpans && tid == 0)
-    full.invalidate();  // every use waited on: the stats may take their memory
 
   // ---- the streams' (max, sum) and O into shared memory, then the epilogue
   __syncthreads();  // every warp is done with the ring: the merge reuses it
+  // kBulkSpans: every thread's last wait on the barriers is done; retired,
+  // their memory is the stats' again.
+  if constexpr (kBulkSpans) {
+    if (tid == 0) full.invalidate();
+    __syncthreads();
+  }
   float* merge_s = reinterpret_cast<float*>(ring_s);  // [streams][16][DV]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
