@@ -39,6 +39,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/device.h"
+#include "cuda/common/pipeline.cuh"
 #include "cuda/common/tma.cuh"
 #include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
@@ -308,16 +309,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // Barriers: K stage full (one arrival + the copy's bytes), K stage free
   // (all 256 threads, once their P V of the stage's tile completed), P
   // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
-  // arrival + Q's bytes, when Q comes by TMA).
+  // arrival + Q's bytes, when Q comes by TMA). Tile t is use t of each ring
+  // (the stage rings' stage t % stages; the P barriers' t-th phase).
+  using StageRing = StageBarriers<kMlaStages>;
   const uint32_t barriers = shared_address(correction_s + 128);
-  auto full = [&](int tile) { return barriers + 8 * (tile % kMlaStages); };
-  auto stage_free = [&](int tile) { return barriers + 8 * (kMlaStages + tile % kMlaStages); };
-  const uint32_t p_written = barriers + 16 * kMlaStages, p_read = p_written + 8;
-  const uint32_t q_full = p_read + 8;
-  // Phase parity of a stage barrier for tile t (its (t / stages)-th use),
-  // and of the P barriers for tile t (their t-th use).
-  auto parity = [](int tile) { return static_cast<uint32_t>(tile / kMlaStages % 2); };
-  auto p_parity = [](int tile) { return static_cast<uint32_t>(tile % 2); };
+  const StageRing full(barriers), stage_free(barriers + StageRing::kBytes);
+  const StageBarriers<1> p_written(barriers + 2 * StageRing::kBytes),
+      p_read(barriers + 2 * StageRing::kBytes + 8);
+  const uint32_t q_full = barriers + 2 * StageRing::kBytes + 16;
 
   // Through a shuffle, so that ptxas knows the warpgroup is the same in every
   // lane of a warp: branches on it are then uniform, and the wgmma
@@ -376,11 +375,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // keys past the tensor's (or page's) end and columns past Dqk arrive as zeros.
   auto load_tile = [&](int tile, const TilePages& pages) {
     const uint32_t stage = shared_k + tile % kMlaStages * kMlaKTileBytes;
-    barrier_expect_bytes(full(tile), kMlaKTileBytes);
+    barrier_expect_bytes(full.at(tile), kMlaKTileBytes);
     if constexpr (!paged) {
 #pragma unroll
       for (int panel = 0; panel < kPanels; ++panel)
-        tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full(tile), panel * 64,
+        tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full.at(tile), panel * 64,
                     first_key + tile * kMlaTileK, blk.kv_head * k_map.head_step,
                     blk.batch * k_map.batch_step);
     } else {
@@ -389,19 +388,18 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
         if (box * box_keys >= kMlaTileK) break;
 #pragma unroll
         for (int panel = 0; panel < kPanels; ++panel)
-          tma_load_4d(stage + panel * kKPanelBytes + box * box_keys * 128, &k_map.map, full(tile),
-                      panel * 64, pages.row, blk.kv_head * k_map.head_step, pages.page[box]);
+          tma_load_4d(stage + panel * kKPanelBytes + box * box_keys * 128, &k_map.map,
+                      full.at(tile), panel * 64, pages.row, blk.kv_head * k_map.head_step,
+                      pages.page[box]);
       }
     }
   };
   auto load_tile_now = [&](int tile) { load_tile(tile, paged ? tile_pages(tile) : TilePages{}); };
   if (issuer) {
-    for (int stage = 0; stage < kMlaStages; ++stage) {
-      barrier_init(full(stage));
-      barrier_init(stage_free(stage), kMlaThreads);
-    }
-    barrier_init(p_written, 128);
-    barrier_init(p_read, 128);
+    full.init(1);
+    stage_free.init(kMlaThreads);
+    p_written.init(128);
+    p_read.init(128);
     barrier_init(q_full);
     barrier_init_fence();
     if (q_by_tma) barrier_expect_bytes(q_full, kMlaQBytes);
@@ -466,7 +464,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const uint64_t k_descriptor_high = k_descriptor & 0xFFFFFFFF00000000ull;
     auto issue_scores = [&](int tile) {
       const uint32_t stage_low = k_descriptor_low + (tile % kMlaStages * kMlaKTileBytes >> 4);
-      barrier_wait(full(tile), parity(tile));
+      full.wait(tile);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kMlaHeadDimQk / 16; ++kk) {
@@ -487,7 +485,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     for (int it = 0; it < num_tiles; ++it) {
       if (it > 0) {
         wgmma_wait<1>();  // P V of tile it - 1 (committed before S of tile it)
-        barrier_arrive(stage_free(it - 1));
+        stage_free.arrive(it - 1);
       }
       wgmma_wait<0>();
       pin_registers(s[0]);
@@ -516,13 +514,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       if (rescale && it > 0) rescale_output(o, correction);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) p_fragment<T>(pa[kk], s[0], kk);
-      if (it > 0) barrier_wait(p_read, p_parity(it - 1));  // warpgroup 1 holds P of it - 1
+      if (it > 0) p_read.wait(it - 1);  // warpgroup 1 holds P of it - 1
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e) p_s[(kk * 4 + e) * 128 + thread] = pa[kk][e];
       correction_s[thread] = make_float2(correction[0][0], correction[0][1]);
-      barrier_arrive(p_written);
+      p_written.arrive(it);
       issue_output(it);
       if (it + 1 < num_tiles) issue_scores(it + 1);
     }
@@ -531,13 +529,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       // The refill's page lookups first: their loads overlap the waits below.
       const bool refill = issuer && it + kMlaStages < num_tiles;
       const TilePages ahead = paged && refill ? tile_pages(it + kMlaStages) : TilePages{};
-      barrier_wait(p_written, p_parity(it));
+      p_written.wait(it);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
         for (int e = 0; e < 4; ++e) pa[kk][e] = p_s[(kk * 4 + e) * 128 + thread];
       const float2 factor = correction_s[thread];
-      barrier_arrive(p_read);
+      p_read.arrive(it);
       if (it > 0 && (factor.x != 1.f || factor.y != 1.f)) {
 #pragma unroll
         for (int n = 0; n < kOutTiles; ++n) {
@@ -547,13 +545,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
           o[0][n][3] *= factor.y;
         }
       }
-      barrier_wait(full(it), parity(it));  // the copy's bytes, seen by this warpgroup too
+      full.wait(it);  // the copy's bytes, seen by this warpgroup too
       issue_output(it);
       wgmma_wait<0>();
       pin_registers(o[0]);
-      barrier_arrive(stage_free(it));
+      stage_free.arrive(it);
       if (refill) {
-        barrier_wait(stage_free(it), parity(it));  // warpgroup 0's P V of tile it completed too
+        stage_free.wait(it);  // warpgroup 0's P V of tile it completed too
         load_tile(it + kMlaStages, ahead);
       }
     }
