@@ -1,8 +1,9 @@
-// The pieces of a warp-specialized kernel (sm_90): a ring of shared-memory
-// stages between one producer thread and the consumer threads, on
-// mbarriers (or, where a block barrier frees the stages, their copies'
-// barriers alone); named barriers for warpgroups that take turns; and the
-// register reallocation between producer and consumer warpgroups.
+// The pieces of a warp-specialized kernel (sm_90): rings of mbarriers and
+// their use numbering (StageBarriers: one barrier a stage, for copies a
+// block barrier frees or a hand-off between warpgroups; PipelineRing: the
+// full and empty rings of stages between one producer and the consumer
+// threads); named barriers for warpgroups that take turns; and the register
+// reallocation between producer and consumer warpgroups.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,8 @@ class StageBarriers {
   __device__ void init(uint32_t arrivals) const {
     for (int s = 0; s < kStages; ++s) barrier_init(at_stage(s), arrivals);
   }
-  // Once every use's phase completed, so that the memory may hold other data.
+  // By one thread once every thread's last wait returned (a block barrier
+  // after them), so that the memory may hold other data.
   __device__ void invalidate() const {
     for (int s = 0; s < kStages; ++s) barrier_invalidate(at_stage(s));
   }
