@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cuda/common/convert.cuh"
+#include "cuda/common/score.cuh"
 #include "cuda/common/semantics.cuh"
 #include "cuda/common/softmax.cuh"
 
@@ -60,7 +61,6 @@ __device__ __forceinline__ void exact_row(const Operands& x, const ExactRule& ru
                                           int columns, float* lse) {
   static_assert(kColumns % 32 == 0, "columns in whole warp widths");
   constexpr int kPerLane = kColumns / 32;
-  constexpr float kMinusInf = -__builtin_huge_valf();
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const float inverse_cap = rule.cap_log2 > 0.0f ? 1.0f / rule.cap_log2 : 0.0f;
 #pragma unroll 1
@@ -124,9 +124,8 @@ __device__ __forceinline__ void exact_row(const Operands& x, const MaskSemantics
                                           T* out, int columns, float* lse) {
   const int64_t mask_row = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
                            static_cast<int64_t>(row) * sem.mask_strides[2];
-  const ExactRule rule{
-      visible_key_range(sem, row), scale_log2, sem.softcap * kLog2e,
-      sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : -__builtin_huge_valf()};
+  const ExactRule rule{visible_key_range(sem, row), scale_log2, sem.softcap * kLog2e,
+                       sink_log2(sem.sinks, sem.sink_stride, head)};
   exact_row<T, kColumns>(
       x, rule,
       [&](int j) {

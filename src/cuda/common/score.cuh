@@ -32,4 +32,10 @@ __device__ __forceinline__ float soft_cap(float x, float cap, float inverse_cap)
   return fmaf(-2.0f * cap, soft_cap_weight(x, kTwoLog2e * inverse_cap), cap);
 }
 
+// Query head `head`'s attention sink (Options' sinks: one logit a head, at
+// `stride` floats apart) in the exp2 domain; -inf for a call without sinks.
+__device__ __forceinline__ float sink_log2(const float* sinks, int64_t stride, int64_t head) {
+  return sinks != nullptr ? sinks[head * stride] * kLog2e : kMinusInf;
+}
+
 }  // namespace fsdpa::detail::cuda

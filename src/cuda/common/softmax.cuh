@@ -10,6 +10,7 @@ namespace fsdpa::detail::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kMinusInf = -__builtin_huge_valf();
 
 // 2^x with the special-function unit; ex2(-inf) = +0.
 __device__ __forceinline__ float fast_exp2(float x) {

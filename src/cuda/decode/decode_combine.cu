@@ -39,8 +39,6 @@ constexpr int kCombineSumFloats = kCombineThreads * 4;
 static_assert(kCombineSumFloats >= kCombineColumns);
 
 using decode_kernel::allow_next_launch;
-using decode_kernel::kLog2e;
-using decode_kernel::minus_inf;
 using decode_kernel::wait_for_previous_kernel;
 
 template <int Vec>
@@ -95,7 +93,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
       } else {
 #pragma unroll
         for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
-        ms[b] = make_float2(minus_inf(), 0.f);
+        ms[b] = make_float2(kMinusInf, 0.f);
       }
     }
   };
@@ -106,7 +104,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
 
   // ---- the row's max: this thread's splits, then the block (max only: the
   // sums are weighted once, below, instead of merged pairwise on the way)
-  float top = minus_inf();
+  float top = kMinusInf;
 #pragma unroll
   for (int b = 0; b < kCombineBatch; ++b) top = fmaxf(top, ms[b].x);
   if (has_unit)
@@ -119,9 +117,9 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   __syncthreads();
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) top = fmaxf(top, warp_max_s[w]);
-  const float sink = p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf();
+  const float sink = sink_log2(p.sinks, p.sinks_stride, head);
   top = fmaxf(top, sink);
-  const float base = top == minus_inf() ? 0.f : top;
+  const float base = top == kMinusInf ? 0.f : top;
 
   // ---- weighted sums of this thread's splits: columns and the denominator
   float acc[Vec], weight_sum = 0.f;

@@ -24,10 +24,6 @@
 
 namespace fsdpa::detail::cuda::decode_kernel {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-__device__ __forceinline__ float minus_inf() { return __int_as_float(0xff800000u); }
-
 // ------------------------------------------------------------ launch overlap
 
 // Programmatic dependent launch (sm_90+; no-ops before). Every decode kernel
@@ -76,7 +72,7 @@ __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_of
     case DecodeMask::AddBF16:
       return __bfloat162float(static_cast<const __nv_bfloat16*>(p.mask)[at]) * kLog2e;
     case DecodeMask::Bool:
-      return static_cast<const unsigned char*>(p.mask)[at] ? 0.f : minus_inf();
+      return static_cast<const unsigned char*>(p.mask)[at] ? 0.f : kMinusInf;
     case DecodeMask::None:
       break;
   }
@@ -338,7 +334,7 @@ struct RowTotals {
 
 // The row's lse from its totals (-inf where nothing counts).
 __device__ __forceinline__ float row_lse(const RowTotals& t) {
-  return t.top == minus_inf() ? minus_inf() : (t.base + log2f(t.sum)) * kLn2;
+  return t.top == kMinusInf ? kMinusInf : (t.base + log2f(t.sum)) * kLn2;
 }
 
 // Merges row r's key streams: stats_s[stream * kRows + r] holds each
@@ -346,12 +342,12 @@ __device__ __forceinline__ float row_lse(const RowTotals& t) {
 // base, 0). `sink` (exp2 domain, -inf for none) joins the max and the sum.
 template <int kStreams, int kRows>
 __device__ __forceinline__ RowTotals merge_stream_stats(float2* stats_s, int r, float sink) {
-  float block_max = minus_inf();
+  float block_max = kMinusInf;
 #pragma unroll
   for (int w = 0; w < kStreams; ++w) block_max = fmaxf(block_max, stats_s[w * kRows + r].x);
   RowTotals t;
   t.top = fmaxf(block_max, sink);
-  t.base = t.top == minus_inf() ? 0.f : t.top;
+  t.base = t.top == kMinusInf ? 0.f : t.top;
   t.sum = exp2f(sink - t.base);
 #pragma unroll
   for (int w = 0; w < kStreams; ++w) {
@@ -430,10 +426,8 @@ __device__ __forceinline__ void decode_exact_row(const DecodeParams& p, int batc
                                p.k_strides.col,
                                p.v_strides.col};
   const int2 keys = visible_keys(p, len_k, pos);
-  const ExactRule rule{{keys.x, keys.y},
-                       p.scale_log2,
-                       p.softcap_log2,
-                       p.sinks != nullptr ? p.sinks[head * p.sinks_stride] * kLog2e : minus_inf()};
+  const ExactRule rule{
+      {keys.x, keys.y}, p.scale_log2, p.softcap_log2, sink_log2(p.sinks, p.sinks_stride, head)};
   const int64_t mask_row =
       batch * p.mask_strides.batch + head * p.mask_strides.head + pos * p.mask_strides.row;
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
@@ -491,8 +485,7 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
   const int64_t first_slot = first_partial_row(p, b);
   if (const int r = static_cast<int>(threadIdx.x); r < b.rows_here) {
     const int2 hi = packed_row(p, b, r);
-    float sink = minus_inf();
-    if (single_split && p.sinks != nullptr) sink = p.sinks[hi.x * p.sinks_stride] * kLog2e;
+    const float sink = single_split ? sink_log2(p.sinks, p.sinks_stride, hi.x) : kMinusInf;
     const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, r, sink);
     stats_s[r].y = single_split ? (t.sum > 0.f ? 1.f / t.sum : 0.f) : 1.f;  // the row's scale
     if (!single_split)
@@ -544,7 +537,7 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kRows) {
-    const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, tid, minus_inf());
+    const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, tid, kMinusInf);
     block_s[tid] = make_float2(t.top, t.sum);
   }
   __syncthreads();
@@ -573,7 +566,7 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
     const int r = idx / vectors, d = idx % vectors * 4;
     float2 totals[kDecodeMaxClusterSplits];
     RowTotals t;
-    t.top = minus_inf();
+    t.top = kMinusInf;
 #pragma unroll
     for (int s = 0; s < kDecodeMaxClusterSplits; ++s)
       if (s < splits) {
@@ -581,9 +574,9 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
         t.top = fmaxf(t.top, totals[s].x);
       }
     const int2 hi = packed_row(p, b, r);
-    const float sink = p.sinks != nullptr ? p.sinks[hi.x * p.sinks_stride] * kLog2e : minus_inf();
+    const float sink = sink_log2(p.sinks, p.sinks_stride, hi.x);
     t.top = fmaxf(t.top, sink);
-    t.base = t.top == minus_inf() ? 0.f : t.top;
+    t.base = t.top == kMinusInf ? 0.f : t.top;
     t.sum = exp2f(sink - t.base);
     float v[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll

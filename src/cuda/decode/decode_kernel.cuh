@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
   float acc[kRows][C::kValueSteps][kVec];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    row_max[r] = minus_inf();
+    row_max[r] = kMinusInf;
     row_sum[r] = 0.f;
 #pragma unroll
     for (int s = 0; s < C::kValueSteps; ++s)
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       bool visible = key < key_end && key >= range.x && key < range.y;
       if (visible) score[r] = capped_score(p, score[r]);
       if (visible && has_mask) score[r] += mask_term(p, mask_row_s[r], key);
-      if (!visible) score[r] = minus_inf();
+      if (!visible) score[r] = kMinusInf;
     }
 
     // Online softmax over the warp's tile.
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       for (int offset = 1; offset < kKeys; offset *= 2)
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
       const float new_max = fmaxf(row_max[r], tile_max);
-      const float base = new_max == minus_inf() ? 0.f : new_max;
+      const float base = new_max == kMinusInf ? 0.f : new_max;
       const float rescale = exp2f(row_max[r] - base);
       const float prob = exp2f(score[r] - base);
       row_sum[r] = row_sum[r] * rescale + prob;

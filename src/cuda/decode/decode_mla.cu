@@ -131,10 +131,9 @@ __device__ __forceinline__ bool store_rows(const DecodeParams& p,
     const float2 max_sum = stats[r];
     const int64_t row = (int64_t(b.batch) * p.heads_q + hi.x) * p.len_q + hi.y;
     if (single_split) {
-      const float sink =
-          p.sinks != nullptr ? p.sinks[hi.x * p.sinks_stride] * decode_kernel::kLog2e : minus_inf();
+      const float sink = sink_log2(p.sinks, p.sinks_stride, hi.x);
       const float top = fmaxf(max_sum.x, sink);
-      const float base = top == minus_inf() ? 0.f : top;
+      const float base = top == kMinusInf ? 0.f : top;
       const float weight = exp2f(max_sum.x - base);
       const float total = max_sum.y * weight + exp2f(sink - base);
       const float scale = total > 0.f ? weight / total : 0.f;
@@ -155,7 +154,7 @@ __device__ __forceinline__ bool store_rows(const DecodeParams& p,
       if (p.lse != nullptr && warpgroup == 0 && quad == 0)
         p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
               hi.y * p.lse_strides.row] =
-            top == minus_inf() ? minus_inf() : (base + log2f(total)) * decode_kernel::kLn2;
+            top == kMinusInf ? kMinusInf : (base + log2f(total)) * kLn2;
     } else {
       const int64_t slot = int64_t(b.split) * rows_total + row;
       float* partial = p.partial_out + slot * p.dv_ws;
@@ -231,7 +230,6 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
                                                   const float2* stats, float* staging,
                                                   float2* weights, int warpgroup, int warp,
                                                   int group, int quad) {
-  using decode_kernel::minus_inf;
   stage_rows(o, staging, warpgroup, warp, group, quad);
   cluster_arrive();
   cluster_wait();  // both blocks' rows and statistics staged
@@ -244,7 +242,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float2 own = stats[t];
     const float2 other = load_cluster_float2(cluster_address(shared_address(stats + t), partner));
     const float top = fmaxf(own.x, other.x);
-    const float base = top == minus_inf() ? 0.f : top;
+    const float base = top == kMinusInf ? 0.f : top;
     const float own_weight = exp2f(own.x - base), other_weight = exp2f(other.x - base);
     weights[t] = make_float2(own_weight, other_weight);
     if (rank == 0 && t < b.rows_here)
@@ -440,7 +438,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // ptxas serialized every wgmma, warning C7515).
   float o[1][kOutTiles][4];
   uint32_t pa[kKSteps][4];  // P of the current tile as wgmma A fragments
-  float row_max[1][2] = {{minus_inf(), minus_inf()}};
+  float row_max[1][2] = {{kMinusInf, kMinusInf}};
   float row_sum[1][2] = {{0.f, 0.f}};  // warpgroup 0; per thread, quad-reduced at the end
 
   auto issue_output = [&](int tile) {
@@ -500,7 +498,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int h = e / 2, key = k0 + n * 8 + 2 * quad + e % 2;
-            float x = minus_inf();
+            float x = kMinusInf;
             if (key < keys.end && key >= range[h].x && key < range[h].y) {
               x = capped_score(p, s[0][n][e] * p.scale_log2);
               if (has_mask) x += mask_term(p, mask_row[h], key);

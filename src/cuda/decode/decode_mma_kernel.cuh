@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   for (int n = 0; n < kDvPart / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] = 0.f;
-  float row_max[2] = {minus_inf(), minus_inf()};
+  float row_max[2] = {kMinusInf, kMinusInf};
   float row_sum[2] = {0.f, 0.f};  // this lane's columns; quad-reduced at the end
 
   // ldmatrix row addresses (prefill kernel's fragment mapping): Q as the A
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e / 2, key = key0 + n * 8 + 2 * quad + (e % 2);
-          float x = minus_inf();
+          float x = kMinusInf;
           if (key < key_end && key >= range[r].x && key < range[r].y) {
             x = capped_score(p, s[n][e] * p.scale_log2);
             if (has_mask) x += mask_term(p, mask_row[r], key);
@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
           quad_max(fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1])));
       const float new_max = fmaxf(row_max[r], tile_max);
       // A row that has seen no key keeps max -inf: subtract 0, so exp2 gives 0, not NaN.
-      const float base = new_max == minus_inf() ? 0.f : new_max;
+      const float base = new_max == kMinusInf ? 0.f : new_max;
       const float correction = fast_exp2(row_max[r] - base);
       row_max[r] = new_max;
       float sum = 0.f;

@@ -7,6 +7,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/exact_row.cuh"
+#include "cuda/common/score.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/simt_f32.h"
@@ -31,7 +32,6 @@ size_t shared_bytes(int head_dim_qk, int head_dim_v) {
 }
 
 __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams p) {
-  constexpr float kMinusInf = -__builtin_huge_valf();
   extern __shared__ float shared[];
   // This block's column slice of Dv (PrefillParams::v_slice_shift).
   const int column0 =
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
     }
   }
 
-  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
+  const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
   const float total_max = fmaxf(row_max, sink);
   float sum = quad_sum(row_sum);
   float inverse = 0.0f, lse = kMinusInf;

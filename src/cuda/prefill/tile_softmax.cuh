@@ -12,13 +12,13 @@
 
 #include "cuda/common/exact_row.cuh"
 #include "cuda/common/mma.cuh"
+#include "cuda/common/score.cuh"
 #include "cuda/common/semantics.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/prefill/params.h"
 
 namespace fsdpa::detail::cuda::prefill_impl {
 
-constexpr float kMinusInf = -__builtin_huge_valf();
 // How far (log2 units) a row's scores may exceed its reference max before the
 // max moves: P <= 2^8 is exact enough in bf16/f16 and far from f32 overflow.
 constexpr float kRescaleSlack = 8.0f;
@@ -262,7 +262,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
   const int len_q = static_cast<int>(sem.len_q);
   const VSlice slice = v_slice(p);
   const int batch = block.batch, head = block.head, columns = slice.columns;
-  const float sink = sem.sinks != nullptr ? sem.sinks[head * sem.sink_stride] * kLog2e : kMinusInf;
+  const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
   T* out_base =
       static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + slice.column0;
   bool bad[kRowTiles][2] = {};

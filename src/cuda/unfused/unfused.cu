@@ -202,7 +202,7 @@ __device__ __forceinline__ T convert_probability(float x) {
 // Combines two (max, sum of exp(x - max)) pairs.
 __device__ __forceinline__ void combine(float& max, float& sum, float other_max, float other_sum) {
   const float m = fmaxf(max, other_max);
-  if (m == -__builtin_huge_valf()) return;
+  if (m == kMinusInf) return;
   sum = sum * expf(max - m) + other_sum * expf(other_max - m);
   max = m;
 }
@@ -223,7 +223,6 @@ struct SoftmaxParams {
 // pass, P in a second.
 template <typename T>
 __global__ void __launch_bounds__(kSoftmaxThreads) masked_softmax(const SoftmaxParams p) {
-  constexpr float kMinusInf = -__builtin_huge_valf();
   const MaskSemantics& sem = p.semantics;
   const int64_t len_k = sem.len_k;
   const int64_t local_matrix = blockIdx.x / p.rows, local_row = blockIdx.x % p.rows;
