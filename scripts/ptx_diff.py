@@ -44,7 +44,8 @@ def ptx(tree, source, arch, defines):
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         os.unlink(path)
-        raise RuntimeError(result.stderr.strip().splitlines()[-1] if result.stderr else "nvcc failed")
+        lines = result.stderr.strip().splitlines()
+        raise RuntimeError(lines[-1] if lines else "nvcc failed")
     with open(path) as f:
         text = f.read()
     os.unlink(path)
