@@ -12,6 +12,13 @@
 
 namespace fsdpa::detail {
 
+// Kernels keep scores in the exp2 domain (2^(x log2 e) = e^x): a quantity in
+// natural units (the score scale, the soft cap) times log2(e), as the float
+// the kernels take. kLog2eDouble is the constant in host arithmetic (the
+// device headers' kLog2e is a float).
+inline constexpr double kLog2eDouble = 1.4426950408889634;
+inline float in_exp2_domain(double natural) { return static_cast<float>(natural * kLog2eDouble); }
+
 // The soft cap (Options::softcap): c * tanh(x / c) for c > 0, x unchanged for
 // c = 0. Scores in the exp2 domain (x * log2 e) take the same form with the
 // cap c * log2 e, which is how the kernels that fold log2 e into the scale

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/kv_cache.h"
+#include "core/semantics.h"
 #include "core/tensor.h"
 
 namespace fsdpa {
@@ -337,7 +338,7 @@ void check_options(const Options& options) {
   // The kernels keep scores in the exp2 domain: scale and cap times log2(e)
   // must be finite in float32, or every path but the float64 one would see
   // infinities. One bound, so every path and backend gives the same answer.
-  const double max_exp2_factor = std::numeric_limits<float>::max() / 1.4426950408889634;
+  const double max_exp2_factor = std::numeric_limits<float>::max() / kLog2eDouble;
   if (options.scale && *options.scale > max_exp2_factor)
     throw_invalid("scale: " + str(*options.scale) + " times log2(e) overflows float32; at most " +
                   str(max_exp2_factor));

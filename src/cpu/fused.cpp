@@ -12,6 +12,7 @@
 #include <cpuid.h>
 #endif
 
+#include "core/semantics.h"
 #include "core/tensor.h"
 #include "core/validate.h"
 #include "cpu/cpu.h"
@@ -246,8 +247,8 @@ void fused_launch(const Plan& plan, const Tensors& t, void* workspace, void*) {
   }
   a.kv = make_kv_index(t, p);
   a.options = plan.options;
-  a.scale_log2 = static_cast<float>(plan.scale * 1.44269504088896340736);
-  a.softcap_log2 = static_cast<float>(plan.options.softcap * 1.44269504088896340736);
+  a.scale_log2 = in_exp2_domain(plan.scale);
+  a.softcap_log2 = in_exp2_domain(plan.options.softcap);
 
   const size_t per_thread = fused_thread_bytes(a);
   const int threads = static_cast<int>(std::min<int64_t>(std::max(plan.num_threads, 1), units));

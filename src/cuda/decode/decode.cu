@@ -369,9 +369,9 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   d.kv_group_size = int(p.heads_q / p.heads_kv);
   d.rows_per_kv_head = d.kv_group_size * d.len_q;
   d.row_chunks = (d.rows_per_kv_head + rows_per_block - 1) / rows_per_block;
-  d.scale_log2 = float(plan.scale * 1.4426950408889634);
+  d.scale_log2 = in_exp2_domain(plan.scale);
   if (plan.options.softcap > 0.0) {
-    d.softcap_log2 = float(plan.options.softcap * 1.4426950408889634);
+    d.softcap_log2 = in_exp2_domain(plan.options.softcap);
     d.inverse_softcap_log2 = 1.f / d.softcap_log2;
   }
   d.causal = plan.options.causal ? 1 : 0;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "core/semantics.h"
 #include "core/validate.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
@@ -275,13 +276,13 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
   // dims) by the columns a slice needs.
   params.v_slice_width = static_cast<int>(
       plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket : v_slice_columns(p.head_dim_v));
-  params.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
+  params.scale_log2 = in_exp2_domain(plan.scale);
   params.semantics = make_mask_semantics(p, plan.options, t);
   if (plan.options.softcap > 0.0) {
-    constexpr double kLog2e = 1.4426950408889634;
-    params.softcap_log2 = static_cast<float>(plan.options.softcap * kLog2e);
-    params.two_softcap_log2 = static_cast<float>(2.0 * plan.options.softcap * kLog2e);
-    params.softcap_exponent = static_cast<float>(2.0 * plan.scale * kLog2e / plan.options.softcap);
+    params.softcap_log2 = in_exp2_domain(plan.options.softcap);
+    params.two_softcap_log2 = in_exp2_domain(2.0 * plan.options.softcap);
+    params.softcap_exponent =
+        static_cast<float>(2.0 * plan.scale * kLog2eDouble / plan.options.softcap);
   }
 #if defined(FSDPA_PREFILL_TRACE)
   params.trace = prefill_trace();

@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/semantics.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/exact_row.cuh"
@@ -364,7 +365,7 @@ void launch_repair(const Plan& plan, const Tensors& t, cudaStream_t stream) {
   p.kv_group_size = static_cast<int>(problem.heads_q / problem.heads_kv);
   p.head_dim_qk = static_cast<int>(problem.head_dim_qk);
   p.head_dim_v = static_cast<int>(problem.head_dim_v);
-  p.scale_log2 = static_cast<float>(plan.scale * 1.4426950408889634);
+  p.scale_log2 = in_exp2_domain(plan.scale);
   p.semantics = make_mask_semantics(problem, plan.options, t);
   prepare_launch(reinterpret_cast<const void*>(&repair_nonfinite_rows<T>), kRepairWarps * 32, 0,
                  "cuda_unfused_cublas (non-finite rows)");
