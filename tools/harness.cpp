@@ -29,6 +29,22 @@
 
 namespace fsdpa::tool {
 
+double median(std::vector<double> samples) {
+  if (samples.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(samples.begin(), samples.end());
+  const size_t n = samples.size();
+  return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+}
+
+#if FSDPA_WITH_CUDA
+void cuda_check(int status, const std::string& call) {
+  if (status == cudaSuccess) return;
+  const auto error = static_cast<cudaError_t>(status);
+  throw DeviceError("fsdpa: CUDA error in " + call + ": " + cudaGetErrorName(error) + " (" +
+                    cudaGetErrorString(error) + ")");
+}
+#endif
+
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -44,14 +60,6 @@ constexpr double kLseTolerance = 1e-3;
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // ------------------------------------------------------------- memory
-
-#if FSDPA_WITH_CUDA
-void cuda_check(cudaError_t status, const std::string& call) {
-  if (status == cudaSuccess) return;
-  throw DeviceError("fsdpa: CUDA error in " + call + ": " + cudaGetErrorName(status) + " (" +
-                    cudaGetErrorString(status) + ")");
-}
-#endif
 
 // Bytes on a device: host memory (64-byte aligned) for the CPU, cudaMalloc
 // for CUDA. Never null, even for 0 bytes.
@@ -397,13 +405,6 @@ Slice error_slice(const CaseSpec& c) {
 }
 
 // ------------------------------------------------------------- timing
-
-double median(std::vector<double> samples) {
-  if (samples.empty()) return kNaN;
-  std::sort(samples.begin(), samples.end());
-  const size_t n = samples.size();
-  return n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-}
 
 bool enough(const std::vector<double>& samples_ms, int min_runs, int max_runs, double target_s,
             int repeat) {

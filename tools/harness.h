@@ -14,6 +14,14 @@
 
 namespace fsdpa::tool {
 
+// The median of `samples` (the mean of the middle two for an even count; NaN
+// for none).
+double median(std::vector<double> samples);
+
+// CUDA builds: throws DeviceError naming `call` unless `status` (a
+// cudaError_t) is cudaSuccess.
+void cuda_check(int status, const std::string& call);
+
 // One case: a shape, its masking features and the device it runs on.
 struct CaseSpec {
   std::string preset;  // empty for a shape given by flags

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
@@ -13,17 +12,12 @@
 
 #include "cuda/prefill/trace.h"
 #include "fsdpa/fsdpa.h"
+#include "harness.h"
 
 namespace fsdpa::tool {
 namespace {
 
 namespace fc = fsdpa::detail::cuda;
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw DeviceError(std::string("fsdpa run --trace: ") + what + ": " +
-                      cudaGetErrorString(status));
-}
 
 struct Span {
   const char* name;
@@ -43,8 +37,8 @@ constexpr Span kSpans[] = {
 }  // namespace
 
 PhaseTrace::PhaseTrace() {
-  check(cudaMalloc(&words_, fc::kTraceWords * sizeof(uint32_t)), "cudaMalloc");
-  check(cudaMemset(words_, 0, fc::kTraceWords * sizeof(uint32_t)), "cudaMemset");
+  cuda_check(cudaMalloc(&words_, fc::kTraceWords * sizeof(uint32_t)), "cudaMalloc (phase trace)");
+  cuda_check(cudaMemset(words_, 0, fc::kTraceWords * sizeof(uint32_t)), "cudaMemset (phase trace)");
   fc::set_prefill_trace(words_);
 }
 
@@ -55,9 +49,9 @@ PhaseTrace::~PhaseTrace() {
 
 void PhaseTrace::report(const std::string& csv, std::ostream& out) const {
   std::vector<uint32_t> stamps(fc::kTraceWords);
-  check(
+  cuda_check(
       cudaMemcpy(stamps.data(), words_, fc::kTraceWords * sizeof(uint32_t), cudaMemcpyDeviceToHost),
-      "cudaMemcpy");
+      "cudaMemcpy (phase trace)");
   auto at = [&](int block, int role, int tile, int phase) {
     return stamps[((size_t(block) * fc::kTraceRoles + role) * fc::kTraceTiles + tile) *
                       fc::kTracePhases +
@@ -105,12 +99,11 @@ void PhaseTrace::report(const std::string& csv, std::ostream& out) const {
   out << fmt::format("traced blocks: {}, consumer tiles: {}\n", traced_blocks, spans[0].size());
   out << fmt::format("{:<42} {:>10} {:>10}\n", "phase of a key tile (SM cycles)", "median", "mean");
   for (size_t s = 0; s < std::size(kSpans); ++s) {
-    std::vector<double>& x = spans[s];
+    const std::vector<double>& x = spans[s];
     if (x.empty()) continue;
-    std::nth_element(x.begin(), x.begin() + x.size() / 2, x.end());
     double mean = 0;
     for (double d : x) mean += d / static_cast<double>(x.size());
-    out << fmt::format("{:<42} {:>10.0f} {:>10.0f}\n", kSpans[s].name, x[x.size() / 2], mean);
+    out << fmt::format("{:<42} {:>10.0f} {:>10.0f}\n", kSpans[s].name, median(x), mean);
   }
 }
 
