@@ -47,8 +47,6 @@ void cuda_check(int status, const std::string& call) {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
 // Work budgets of the float64 reference, in multiply-adds (it runs one core,
 // roughly 1e8-3e8 per second).
 constexpr double kCheckBudget = 1e8;    // the error sample
