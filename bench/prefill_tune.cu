@@ -97,11 +97,11 @@ int main() {
     p.k = k;
     p.v = vv;
     p.out = o;
-    const int64_t strides[3] = {int64_t{heads} * len * d, int64_t{len} * d, d};
-    for (int i = 0; i < 3; ++i)
-      p.q_strides[i] = p.k_strides[i] = p.v_strides[i] = p.out_strides[i] = strides[i];
+    const int64_t batch_stride = int64_t{heads} * len * d, head_stride = int64_t{len} * d;
+    p.q_strides = p.out_strides = {batch_stride, head_stride, d, 1};
+    p.k_strides = p.v_strides = {batch_stride, head_stride, d, 1};
     p.batch = batch;
-    p.heads_q = heads;
+    p.heads_q = p.heads_kv = heads;
     p.head_dim_qk = p.head_dim_v = d;
     p.scale_log2 = 1.4426950408889634f / std::sqrt(static_cast<float>(d));
     p.semantics.len_q = p.semantics.len_k = len;

@@ -122,18 +122,11 @@ template <typename T, int kColumns, typename Operands>
 __device__ __forceinline__ void exact_row(const Operands& x, const MaskSemantics& sem, int batch,
                                           int head, int row, int head_dim_qk, float scale_log2,
                                           T* out, int columns, float* lse) {
-  const int64_t mask_row = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
-                           static_cast<int64_t>(row) * sem.mask_strides[2];
+  const int64_t mask_row = mask_row_offset(sem, batch, head, row);
   const ExactRule rule{visible_key_range(sem, row), scale_log2, sem.softcap * kLog2e,
                        sink_log2(sem.sinks, sem.sink_stride, head)};
   exact_row<T, kColumns>(
-      x, rule,
-      [&](int j) {
-        return sem.mask_kind == 0
-                   ? 0.0f
-                   : load_mask_value(sem.mask, sem.mask_dtype, mask_row + j * sem.mask_strides[3]) *
-                         kLog2e;
-      },
+      x, rule, [&](int j) { return sem.mask_kind == 0 ? 0.0f : mask_term_log2(sem, mask_row, j); },
       head_dim_qk, out, columns, lse);
 }
 

@@ -1,33 +1,14 @@
-// docs/design.md's (Semantics) masking rules as the CUDA prefill kernels see
-// them: core/key_range.h's visible-key rule, plus the array mask and sinks.
+// docs/design.md's (Semantics) masking rules as every CUDA kernel sees them:
+// core/key_range.h's visible-key rule, plus the array mask and sinks.
 #pragma once
 
 #include <cstdint>
 
 #include "core/key_range.h"
-#include "core/tensor.h"
+#include "cuda/common/params.h"
 #include "cuda/common/score.cuh"
-#include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail::cuda {
-
-struct MaskSemantics {
-  int64_t len_q = 0;
-  int64_t len_k = 0;
-  int64_t diagonal_offset = 0;  // Lk - Lq (bottom-right) or 0 (top-left)
-  int64_t window_left = 0;
-  bool causal = false;
-  bool has_window = false;
-  int mask_kind = 0;   // fsdpa::MaskKind
-  int mask_dtype = 0;  // fsdpa::DType
-  const void* mask = nullptr;
-  int64_t mask_strides[4] = {};  // 0 where the mask broadcasts
-  const float* sinks = nullptr;
-  int64_t sink_stride = 0;
-  // Options::softcap in natural units (0: none); kernels in the exp2 domain
-  // scale it by log2(e).
-  float softcap = 0.0f;
-};
 
 struct DeviceKeyRange {
   int begin;
@@ -42,30 +23,28 @@ __host__ __device__ inline DeviceKeyRange visible_key_range(const MaskSemantics&
   return {static_cast<int>(range.begin), static_cast<int>(range.end)};
 }
 
-// Host side: the semantics of a validated call.
-inline MaskSemantics make_mask_semantics(const Problem& p, const Options& options,
-                                         const Tensors& t) {
-  MaskSemantics s;
-  s.len_q = p.len_q;
-  s.len_k = p.len_k;
-  s.diagonal_offset =
-      diagonal_offset(options.causal_align == CausalAlign::BottomRight, p.len_q, p.len_k);
-  s.causal = options.causal;
-  s.has_window = options.window_left.has_value();
-  s.window_left = options.window_left.value_or(0);
-  s.mask_kind = static_cast<int>(p.mask);
-  s.softcap = static_cast<float>(options.softcap);
-  if (t.mask) {
-    const TensorView m = broadcast_strides(*t.mask);
-    s.mask = m.data;
-    s.mask_dtype = static_cast<int>(m.dtype);
-    for (int d = 0; d < 4; ++d) s.mask_strides[d] = m.strides[d];
-  }
-  if (t.sinks) {
-    s.sinks = static_cast<const float*>(t.sinks->data);
-    s.sink_stride = t.sinks->strides[0];
-  }
-  return s;
+// Keys [begin, end) query position `row` of a sequence of `len_k` keys
+// sees (per-sequence lengths: the diagonal offset is that sequence's).
+__host__ __device__ inline DeviceKeyRange visible_keys_of_sequence(const MaskSemantics& s,
+                                                                   int64_t len_k, int64_t row) {
+  const KeyRange range =
+      detail::visible_key_range(row + diagonal_offset(s.bottom_right, s.len_q, len_k), len_k,
+                                s.causal, s.has_window, s.window_left);
+  return {static_cast<int>(range.begin), static_cast<int>(range.end)};
+}
+
+// The array mask's element offset of query row `row` of (batch, head), key 0.
+__host__ __device__ inline int64_t mask_row_offset(const MaskSemantics& s, int64_t batch,
+                                                   int64_t head, int64_t row) {
+  return batch * s.mask_strides[0] + head * s.mask_strides[1] + row * s.mask_strides[2];
+}
+
+// The array mask's term of key `key` of the row at `row_offset`
+// (mask_row_offset) in the exp2 domain: the additive value times log2(e),
+// or 0 / -inf for a boolean one. Callers check mask_kind != 0 first.
+__device__ __forceinline__ float mask_term_log2(const MaskSemantics& s, int64_t row_offset,
+                                                int64_t key) {
+  return load_mask_value(s.mask, s.mask_dtype, row_offset + key * s.mask_strides[3]) * kLog2e;
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -307,20 +307,8 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
                                 int rows_per_block, int split_keys_multiple) {
   const Problem& p = plan.problem;
   const int64_t rows_total = p.batch * p.heads_q * p.len_q;
-  auto strides = [](const TensorView& view) {
-    return Strides4{view.strides[0], view.strides[1], view.strides[2],
-                    view.rank > 3 ? view.strides[3] : 0};
-  };
   DecodeParams d;
-  d.q = t.q.data;
-  d.k = t.k.data;
-  d.v = t.v.data;
-  d.out = t.out.data;
-  d.copy_bytes = row_alignment(t);
-  d.q_strides = strides(t.q);
-  d.k_strides = kv_strides(t.k, p.page_size > 0);
-  d.v_strides = kv_strides(t.v, p.page_size > 0);
-  d.kv = make_kv_index(t, p);
+  static_cast<AttentionParams&>(d) = make_attention_params(plan, t);
   // Packed spans (DecodeParams::packed_kv): contiguous rows from 16-byte
   // aligned bases.
   auto packed_rows = [](const TensorView& view, int64_t head_dim) {
@@ -329,56 +317,8 @@ DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* worksp
   };
   d.packed_kv = packs_narrow_rows(p, d.copy_bytes) && packed_rows(t.k, p.head_dim_qk) &&
                 packed_rows(t.v, p.head_dim_v);
-  d.out_strides = strides(t.out);
-  if (t.lse) {
-    d.lse = static_cast<float*>(t.lse->data);
-    d.lse_strides = Strides4{t.lse->strides[0], t.lse->strides[1], t.lse->strides[2], 0};
-  }
-  if (t.mask) {
-    const TensorView mask = broadcast_strides(*t.mask);
-    d.mask = mask.data;
-    d.mask_strides = strides(mask);
-    switch (mask.dtype) {
-      case DType::F32:
-        d.mask_kind = DecodeMask::AddF32;
-        break;
-      case DType::F16:
-        d.mask_kind = DecodeMask::AddF16;
-        break;
-      case DType::BF16:
-        d.mask_kind = DecodeMask::AddBF16;
-        break;
-      case DType::Bool:
-        d.mask_kind = DecodeMask::Bool;
-        break;
-      case DType::I32:  // describe() rejects an i32 mask
-        throw Error("fsdpa: internal: decode mask of dtype i32");
-    }
-  }
-  if (t.sinks) {
-    d.sinks = static_cast<const float*>(t.sinks->data);
-    d.sinks_stride = t.sinks->strides[0];
-  }
-  d.batch = int(p.batch);
-  d.heads_q = int(p.heads_q);
-  d.heads_kv = int(p.heads_kv);
-  d.len_q = int(p.len_q);
-  d.len_k = int(p.len_k);
-  d.head_dim_qk = int(p.head_dim_qk);
-  d.head_dim_v = int(p.head_dim_v);
-  d.kv_group_size = int(p.heads_q / p.heads_kv);
   d.rows_per_kv_head = d.kv_group_size * d.len_q;
   d.row_chunks = (d.rows_per_kv_head + rows_per_block - 1) / rows_per_block;
-  d.scale_log2 = in_exp2_domain(plan.scale);
-  if (plan.options.softcap > 0.0) {
-    d.softcap_log2 = in_exp2_domain(plan.options.softcap);
-    d.inverse_softcap_log2 = 1.f / d.softcap_log2;
-  }
-  d.causal = plan.options.causal ? 1 : 0;
-  d.has_window = plan.options.window_left ? 1 : 0;
-  d.window_left = plan.options.window_left.value_or(0);
-  d.causal_bottom_right = plan.options.causal_align == CausalAlign::BottomRight ? 1 : 0;
-  d.v_aliases_k = p.v_aliases_k ? 1 : 0;
   const auto [key_begin, key_end] = key_hull(p, plan.options);
   const int multiple = split_keys_multiple;
   d.key_begin = int(key_begin) / multiple * multiple;

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   __syncthreads();
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) top = fmaxf(top, warp_max_s[w]);
-  const float sink = sink_log2(p.sinks, p.sinks_stride, head);
+  const float sink = sink_log2(p.semantics.sinks, p.semantics.sink_stride, head);
   top = fmaxf(top, sink);
   const float base = top == kMinusInf ? 0.f : top;
 

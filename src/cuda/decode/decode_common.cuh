@@ -49,10 +49,8 @@ __device__ __forceinline__ void wait_for_previous_kernel() {
 // Keys [begin, end) visible to query position i of a sequence of len_k keys
 // (core/key_range.h's rule).
 __device__ __forceinline__ int2 visible_keys(const DecodeParams& p, int len_k, int i) {
-  const int64_t diagonal = i + diagonal_offset(p.causal_bottom_right != 0, p.len_q, len_k);
-  const KeyRange range =
-      detail::visible_key_range(diagonal, len_k, p.causal != 0, p.has_window != 0, p.window_left);
-  return make_int2(int(range.begin), int(range.end));
+  const DeviceKeyRange range = visible_keys_of_sequence(p.semantics, len_k, i);
+  return make_int2(range.begin, range.end);
 }
 
 // A visible key's score in the exp2 domain (the product times scale_log2)
@@ -61,22 +59,10 @@ __device__ __forceinline__ float capped_score(const DecodeParams& p, float x) {
   return p.softcap_log2 > 0.f ? soft_cap(x, p.softcap_log2, p.inverse_softcap_log2) : x;
 }
 
-// The array mask's contribution to a score in the exp2 domain; -inf drops the key.
+// The array mask's contribution to a score in the exp2 domain (0 without
+// one); -inf drops the key.
 __device__ __forceinline__ float mask_term(const DecodeParams& p, int64_t row_offset, int key) {
-  const int64_t at = row_offset + int64_t(key) * p.mask_strides.col;
-  switch (p.mask_kind) {
-    case DecodeMask::AddF32:
-      return static_cast<const float*>(p.mask)[at] * kLog2e;
-    case DecodeMask::AddF16:
-      return __half2float(static_cast<const __half*>(p.mask)[at]) * kLog2e;
-    case DecodeMask::AddBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.mask)[at]) * kLog2e;
-    case DecodeMask::Bool:
-      return static_cast<const unsigned char*>(p.mask)[at] ? 0.f : kMinusInf;
-    case DecodeMask::None:
-      break;
-  }
-  return 0.f;
+  return p.semantics.mask_kind == 0 ? 0.f : mask_term_log2(p.semantics, row_offset, key);
 }
 
 // ------------------------------------------------------------ the block's rows
@@ -278,7 +264,7 @@ __device__ __forceinline__ int64_t row_mask_offset(const DecodeParams& p, const 
                                                    int r) {
   if (r >= b.rows_here) return 0;
   const int2 hi = packed_row(p, b, r);
-  return b.batch * p.mask_strides.batch + hi.x * p.mask_strides.head + hi.y * p.mask_strides.row;
+  return mask_row_offset(p.semantics, b.batch, hi.x, hi.y);
 }
 
 // Thread r < kRows writes row r's visible keys and mask row offset.
@@ -426,10 +412,11 @@ __device__ __forceinline__ void decode_exact_row(const DecodeParams& p, int batc
                                p.k_strides.col,
                                p.v_strides.col};
   const int2 keys = visible_keys(p, len_k, pos);
-  const ExactRule rule{
-      {keys.x, keys.y}, p.scale_log2, p.softcap_log2, sink_log2(p.sinks, p.sinks_stride, head)};
-  const int64_t mask_row =
-      batch * p.mask_strides.batch + head * p.mask_strides.head + pos * p.mask_strides.row;
+  const ExactRule rule{{keys.x, keys.y},
+                       p.scale_log2,
+                       p.softcap_log2,
+                       sink_log2(p.semantics.sinks, p.semantics.sink_stride, head)};
+  const int64_t mask_row = mask_row_offset(p.semantics, batch, head, pos);
   T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
            pos * p.out_strides.row + column0;
   float* lse = write_lse && p.lse != nullptr
@@ -485,7 +472,8 @@ __device__ __forceinline__ void store_block_rows(const DecodeParams& p, const De
   const int64_t first_slot = first_partial_row(p, b);
   if (const int r = static_cast<int>(threadIdx.x); r < b.rows_here) {
     const int2 hi = packed_row(p, b, r);
-    const float sink = single_split ? sink_log2(p.sinks, p.sinks_stride, hi.x) : kMinusInf;
+    const float sink =
+        single_split ? sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x) : kMinusInf;
     const RowTotals t = merge_stream_stats<kStreams, kRows>(stats_s, r, sink);
     stats_s[r].y = single_split ? (t.sum > 0.f ? 1.f / t.sum : 0.f) : 1.f;  // the row's scale
     if (!single_split)
@@ -574,7 +562,7 @@ __device__ __forceinline__ void store_cluster_rows(const DecodeParams& p, const 
         t.top = fmaxf(t.top, totals[s].x);
       }
     const int2 hi = packed_row(p, b, r);
-    const float sink = sink_log2(p.sinks, p.sinks_stride, hi.x);
+    const float sink = sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x);
     t.top = fmaxf(t.top, sink);
     t.base = t.top == kMinusInf ? 0.f : t.top;
     t.sum = exp2f(sink - t.base);

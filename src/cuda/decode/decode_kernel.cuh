@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(Tile<T, DQK, DV, ROWS>::kThreads,
       for (int e = 0; e < kVec; ++e) acc[r][s][e] = 0.f;
   }
   float* probs = probs_s + warp * kRows * kKeys;
-  const bool has_mask = p.mask_kind != DecodeMask::None;
+  const bool has_mask = p.semantics.mask_kind != 0;
 
 #pragma unroll
   for (int n = 0; n < kStages - 1; ++n) {

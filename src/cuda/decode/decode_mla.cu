@@ -131,7 +131,7 @@ __device__ __forceinline__ bool store_rows(const DecodeParams& p,
     const float2 max_sum = stats[r];
     const int64_t row = (int64_t(b.batch) * p.heads_q + hi.x) * p.len_q + hi.y;
     if (single_split) {
-      const float sink = sink_log2(p.sinks, p.sinks_stride, hi.x);
+      const float sink = sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x);
       const float top = fmaxf(max_sum.x, sink);
       const float base = top == kMinusInf ? 0.f : top;
       const float weight = exp2f(max_sum.x - base);
@@ -274,7 +274,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
 // descending position, the heads of a kv group side by side. A permutation of
 // the chunks of each (batch, kv head, split); a no-op otherwise.
 __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int64_t block) {
-  if (p.causal == 0 || p.len_q % kMlaRows != 0) return block;
+  if (!p.semantics.causal || p.len_q % kMlaRows != 0) return block;
   const int chunk = static_cast<int>(block % p.row_chunks);
   const int per_head = p.len_q / kMlaRows;  // row_chunks == kv_group_size * per_head
   const int position = per_head - 1 - chunk / p.kv_group_size;
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const int row0 = warp * 16 + group;
     const int2 range[2] = {row_keys(p, blk, row0), row_keys(p, blk, row0 + 8)};
     const int64_t mask_row[2] = {row_mask_offset(p, blk, row0), row_mask_offset(p, blk, row0 + 8)};
-    const bool has_mask = p.mask_kind != DecodeMask::None;
+    const bool has_mask = p.semantics.mask_kind != 0;
 
     if (num_tiles > 0) issue_scores(0);
     for (int it = 0; it < num_tiles; ++it) {

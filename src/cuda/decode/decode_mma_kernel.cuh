@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int key_begin = keys.begin, key_end = keys.end;
   const int num_tiles =
       key_end > key_begin ? (key_end - key_begin + kStageKeys - 1) / kStageKeys : 0;
-  const bool has_mask = p.mask_kind != DecodeMask::None;
+  const bool has_mask = p.semantics.mask_kind != 0;
   // This thread's two accumulator rows: group and group + 8.
   const int2 range[2] = {row_keys(p, blk, group), row_keys(p, blk, group + 8)};
   const int64_t mask_row[2] = {row_mask_offset(p, blk, group), row_mask_offset(p, blk, group + 8)};

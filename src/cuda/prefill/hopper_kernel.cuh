@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         const int64_t b = fresh_block_index_z(), h = opaque(kv_head);
         return stage(
             buffer1, staging_barriers + 8,
-            static_cast<const char*>(p.k) + kBytes * (b * p.k_strides[0] + h * p.k_strides[1]),
-            p.k_strides[2], (tile_begin + tile) * kTileK, key_rows(tile), kBytes * p.head_dim_qk,
+            static_cast<const char*>(p.k) + kBytes * (b * p.k_strides.outer + h * p.k_strides.head),
+            p.k_strides.row, (tile_begin + tile) * kTileK, key_rows(tile), kBytes * p.head_dim_qk,
             p.k_end, (p.staged_packed & 2) != 0);
       };
       auto stage_v = [&](int tile) {
@@ -193,15 +193,16 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
         const int column0 = v_slice(p).column0;
         return stage(buffer0, staging_barriers,
                      static_cast<const char*>(p.v) +
-                         kBytes * (b * p.v_strides[0] + h * p.v_strides[1] + column0),
-                     p.v_strides[2], (tile_begin + tile) * kTileK, key_rows(tile),
+                         kBytes * (b * p.v_strides.outer + h * p.v_strides.head + column0),
+                     p.v_strides.row, (tile_begin + tile) * kTileK, key_rows(tile),
                      kBytes * (p.head_dim_v - column0), p.v_end, (p.staged_packed & 4) != 0);
       };
-      const int q_staged = stage(
-          buffer0, staging_barriers,
-          static_cast<const char*>(p.q) + kBytes * (batch * p.q_strides[0] + head * p.q_strides[1]),
-          p.q_strides[2], q0, max(0, min(kTileQ, static_cast<int>(sem.len_q) - q0)),
-          kBytes * p.head_dim_qk, p.q_end, (p.staged_packed & 1) != 0);
+      const int q_staged =
+          stage(buffer0, staging_barriers,
+                static_cast<const char*>(p.q) +
+                    kBytes * (batch * p.q_strides.batch + head * p.q_strides.head),
+                p.q_strides.row, q0, max(0, min(kTileQ, static_cast<int>(sem.len_q) - q0)),
+                kBytes * p.head_dim_qk, p.q_end, (p.staged_packed & 1) != 0);
       int k_staged = num_tiles > 0 ? stage_k(0) : 0;
       barrier_wait(staging_barriers, 0);
       unstage_row_swizzle128<kTileQ, kDqk>(
@@ -234,27 +235,29 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     } else {
       // 8- or 4-byte pieces by all 128 threads, each arriving once per use.
       const MaskSemantics& sem = p.semantics;
-      auto operand = [&](const void* base, const int64_t(&strides)[3], int head_index) {
-        return static_cast<const T*>(base) + batch * strides[0] + head_index * strides[1];
+      auto operand = [&](const void* base, int64_t batch_stride, int64_t head_stride,
+                         int head_index) {
+        return static_cast<const T*>(base) + batch * batch_stride + head_index * head_stride;
       };
       auto produce = [&](auto width) {
         constexpr int kWidth = decltype(width)::value;
         copy_tile_swizzle128_narrow<kTileQ, kDqk, kWidth>(
-            shared_q, operand(p.q, p.q_strides, head), p.q_strides[2], q0,
+            shared_q, operand(p.q, p.q_strides.batch, p.q_strides.head, head), p.q_strides.row, q0,
             static_cast<int>(sem.len_q), p.head_dim_qk);
         cp_async_arrive(q_barrier);
         for (int tile = 0; tile < num_tiles; ++tile) {
           const int key0 = (tile_begin + tile) * kTileK;
           const uint32_t k_full = k_ring.producer_acquire(tile);
           copy_tile_swizzle128_narrow<kTileK, kDqk, kWidth>(
-              shared_k + Ring::stage(tile) * kKBytes, operand(p.k, p.k_strides, kv_head),
-              p.k_strides[2], key0, static_cast<int>(sem.len_k), p.head_dim_qk);
+              shared_k + Ring::stage(tile) * kKBytes,
+              operand(p.k, p.k_strides.outer, p.k_strides.head, kv_head), p.k_strides.row, key0,
+              static_cast<int>(sem.len_k), p.head_dim_qk);
           cp_async_arrive(k_full);
           const uint32_t v_full = v_ring.producer_acquire(tile);
           copy_tile_swizzle128_narrow<kTileK, kDv, kWidth>(
               shared_v + Ring::stage(tile) * kVBytes,
-              operand(p.v, p.v_strides, kv_head) + v_column0, p.v_strides[2], key0,
-              static_cast<int>(sem.len_k), p.head_dim_v - v_column0);
+              operand(p.v, p.v_strides.outer, p.v_strides.head, kv_head) + v_column0,
+              p.v_strides.row, key0, static_cast<int>(sem.len_k), p.head_dim_v - v_column0);
           cp_async_arrive(v_full);
         }
       };
@@ -424,24 +427,27 @@ void launch_prefill_hopper(const PrefillParams& params, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(kernel_function);
   prepare_launch(kernel, kHopperThreads, static_cast<size_t>(shared_bytes),
                  "cuda_fused_prefill_hopper");
-  const int64_t heads_kv = params.heads_q / params.kv_group_size;
   const MaskSemantics& sem = params.semantics;
   PrefillParams launched = params;
   launched.hopper_load = static_cast<int>(load);
   launched.staged_packed =
-      (params.q_strides[2] == params.head_dim_qk ? 1 : 0) |
-      (params.k_strides[2] == params.head_dim_qk ? 2 : 0) |
-      (params.v_strides[2] == params.head_dim_v && params.v_slice_shift == 0 ? 4 : 0);
+      (params.q_strides.row == params.head_dim_qk ? 1 : 0) |
+      (params.k_strides.row == params.head_dim_qk ? 2 : 0) |
+      (params.v_strides.row == params.head_dim_v && params.v_slice_shift == 0 ? 4 : 0);
   // Tensor maps only for the TMA stage; the others read the pointers and
   // strides of the parameters.
   PrefillMaps maps{};
   if (load == HopperLoad::Tma)
-    maps = {make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q,
-                                params.head_dim_qk, params.q_strides, kHopperTileQ),
-            make_swizzle128_map(params.k, params.batch, heads_kv, sem.len_k, params.head_dim_qk,
-                                params.k_strides, hopper_tile_k(kDqk, kDv)),
-            make_swizzle128_map(params.v, params.batch, heads_kv, sem.len_k, params.head_dim_v,
-                                params.v_strides, hopper_tile_k(kDqk, kDv))};
+    maps = {
+        make_swizzle128_map(params.q, params.batch, params.heads_q, sem.len_q, params.head_dim_qk,
+                            {params.q_strides.batch, params.q_strides.head, params.q_strides.row},
+                            kHopperTileQ),
+        make_swizzle128_map(params.k, params.batch, params.heads_kv, sem.len_k, params.head_dim_qk,
+                            {params.k_strides.outer, params.k_strides.head, params.k_strides.row},
+                            hopper_tile_k(kDqk, kDv)),
+        make_swizzle128_map(params.v, params.batch, params.heads_kv, sem.len_k, params.head_dim_v,
+                            {params.v_strides.outer, params.v_strides.head, params.v_strides.row},
+                            hopper_tile_k(kDqk, kDv))};
   const int64_t q_blocks = (sem.len_q + kHopperTileQ - 1) / kHopperTileQ;
   const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));

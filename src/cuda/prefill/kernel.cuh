@@ -58,26 +58,28 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   const MaskSemantics& sem = p.semantics;
   const int len_q = static_cast<int>(sem.len_q);
 
-  const T* q_base = static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
-  const T* k_base = static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
+  const T* q_base =
+      static_cast<const T*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
+  const T* k_base =
+      static_cast<const T*>(p.k) + batch * p.k_strides.outer + kv_head * p.k_strides.head;
   const VSlice slice = v_slice(p);
-  const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] +
-                    slice.column0;
+  const T* v_base = static_cast<const T*>(p.v) + batch * p.v_strides.outer +
+                    kv_head * p.v_strides.head + slice.column0;
 
   // Row of this thread's accumulator half r of row tile m.
   auto row_of = [&](int m, int r) { return q0 + (warp * kRowTiles + m) * 16 + group + 8 * r; };
 
   // Prologue: Q and the first kStages-1 K/V tiles, one commit group each.
-  cp_async_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides[2], q0, len_q,
+  cp_async_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides.row, q0, len_q,
                                                   p.head_dim_qk, p.copy_bytes);
   const int len_k = static_cast<int>(sem.len_k);
   auto load_kv = [&](int tile, int stage) {
     const int k0 = (tile_begin + tile) * kTileK;
     cp_async_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
-                                                    p.k_strides[2], k0, len_k, p.head_dim_qk,
+                                                    p.k_strides.row, k0, len_k, p.head_dim_qk,
                                                     p.copy_bytes);
     cp_async_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
-                                                   p.v_strides[2], k0, len_k, slice.columns,
+                                                   p.v_strides.row, k0, len_k, slice.columns,
                                                    p.copy_bytes);
   };
 #pragma unroll

@@ -240,30 +240,8 @@ void prefill_hopper_configure(const Problem& p, Plan& plan) {
 }
 
 PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
-  const Problem& p = plan.problem;
   PrefillParams params;
-  params.q = t.q.data;
-  params.k = t.k.data;
-  params.v = t.v.data;
-  params.out = t.out.data;
-  for (int d = 0; d < 3; ++d) {
-    params.q_strides[d] = t.q.strides[d];
-    params.k_strides[d] = t.k.strides[d];
-    params.v_strides[d] = t.v.strides[d];
-    params.out_strides[d] = t.out.strides[d];
-  }
-  if (t.lse) {
-    params.lse = static_cast<float*>(t.lse->data);
-    for (int d = 0; d < 3; ++d) params.lse_strides[d] = t.lse->strides[d];
-  }
-  params.batch = static_cast<int>(p.batch);
-  params.heads_q = static_cast<int>(p.heads_q);
-  params.kv_group_size = static_cast<int>(p.heads_q / p.heads_kv);
-  params.head_dim_qk = static_cast<int>(p.head_dim_qk);
-  params.head_dim_v = static_cast<int>(p.head_dim_v);
-  // The widest copy every row start allows (the mma.sync and f32 kernels
-  // take any; the wgmma row was chosen only for 16).
-  params.copy_bytes = row_alignment(t);
+  static_cast<AttentionParams&>(params) = make_attention_params(plan, t);
   params.q_end = static_cast<const char*>(t.q.data) + extent_bytes(t.q);
   params.k_end = static_cast<const char*>(t.k.data) + extent_bytes(t.k);
   params.v_end = static_cast<const char*>(t.v.data) + extent_bytes(t.v);
@@ -274,16 +252,9 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
                 " column slices is not a power of two");
   // The 16-bit kernels step by their Dv bucket, the f32 one (runtime head
   // dims) by the columns a slice needs.
-  params.v_slice_width = static_cast<int>(
-      plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket : v_slice_columns(p.head_dim_v));
-  params.scale_log2 = in_exp2_domain(plan.scale);
-  params.semantics = make_mask_semantics(p, plan.options, t);
-  if (plan.options.softcap > 0.0) {
-    params.softcap_log2 = in_exp2_domain(plan.options.softcap);
-    params.two_softcap_log2 = in_exp2_domain(2.0 * plan.options.softcap);
-    params.softcap_exponent =
-        static_cast<float>(2.0 * plan.scale * kLog2eDouble / plan.options.softcap);
-  }
+  params.v_slice_width =
+      static_cast<int>(plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket
+                                                  : v_slice_columns(plan.problem.head_dim_v));
 #if defined(FSDPA_PREFILL_TRACE)
   params.trace = prefill_trace();
 #endif

@@ -55,15 +55,15 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   const int row = q0 + local_row;
 
   const float* q_base =
-      static_cast<const float*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1];
+      static_cast<const float*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head;
   const float* k_base =
-      static_cast<const float*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1];
-  const float* v_base =
-      static_cast<const float*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] + column0;
+      static_cast<const float*>(p.k) + batch * p.k_strides.outer + kv_head * p.k_strides.head;
+  const float* v_base = static_cast<const float*>(p.v) + batch * p.v_strides.outer +
+                        kv_head * p.v_strides.head + column0;
 
   for (int i = tid; i < kRows * dqk; i += kThreads) {
     const int r = i / dqk, d = i % dqk;
-    shared_q[r * (dqk + 1) + d] = q0 + r < len_q ? q_base[(q0 + r) * p.q_strides[2] + d] : 0.0f;
+    shared_q[r * (dqk + 1) + d] = q0 + r < len_q ? q_base[(q0 + r) * p.q_strides.row + d] : 0.0f;
   }
 
   const DeviceKeyRange first_range = visible_key_range(sem, q0);
@@ -72,24 +72,23 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   const int tile_begin = first_range.begin / kKeys * kKeys;
   const int kv_end = last_range.end > first_range.begin ? last_range.end : tile_begin;
   const bool masked_row = sem.mask_kind != 0 && row < len_q;
-  const int64_t mask_row_offset = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
-                                  static_cast<int64_t>(row) * sem.mask_strides[2];
+  const int64_t mask_row = mask_row_offset(sem, batch, head, row);
 
   float o[kColumnsPerLane];
 #pragma unroll
   for (int w = 0; w < kColumnsPerLane; ++w) o[w] = 0.0f;
   float row_max = kMinusInf, row_sum = 0.0f;
-  const float cap = sem.softcap * kLog2e, inverse_cap = 1.0f / cap;
+  const float cap = p.softcap_log2, inverse_cap = p.inverse_softcap_log2;
 
   for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
     __syncthreads();  // the previous tile's K, V, P are consumed
     for (int i = tid; i < kKeys * dqk; i += kThreads) {
       const int j = i / dqk, d = i % dqk;
-      shared_k[j * (dqk + 1) + d] = k0 + j < len_k ? k_base[(k0 + j) * p.k_strides[2] + d] : 0.0f;
+      shared_k[j * (dqk + 1) + d] = k0 + j < len_k ? k_base[(k0 + j) * p.k_strides.row + d] : 0.0f;
     }
     for (int i = tid; i < kKeys * dv; i += kThreads) {
       const int j = i / dv, d = i % dv;
-      shared_v[j * dv + d] = k0 + j < len_k ? v_base[(k0 + j) * p.v_strides[2] + d] : 0.0f;
+      shared_v[j * dv + d] = k0 + j < len_k ? v_base[(k0 + j) * p.v_strides.row + d] : 0.0f;
     }
     __syncthreads();
 
@@ -106,10 +105,7 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
           dot = fmaf(shared_q[local_row * (dqk + 1) + d], shared_k[j * (dqk + 1) + d], dot);
         value = dot * p.scale_log2;
         if (cap > 0.0f) value = soft_cap(value, cap, inverse_cap);
-        if (masked_row)
-          value += load_mask_value(sem.mask, sem.mask_dtype,
-                                   mask_row_offset + key * sem.mask_strides[3]) *
-                   kLog2e;
+        if (masked_row) value += mask_term_log2(sem, mask_row, key);
       }
       s[u] = value;
       tile_max = fmaxf(tile_max, value);
@@ -151,12 +147,13 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   }
   // A row with a non-finite value is recomputed by exact_row (the NaN/Inf
   // policy, cuda/common/exact_row.cuh) by its warp: no lane leaves before.
-  float* out_row = static_cast<float*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
-                   static_cast<int64_t>(row) * p.out_strides[2] + column0;
-  float* lse_at =
-      p.lse != nullptr && column0 == 0
-          ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]
-          : nullptr;
+  float* out_row = static_cast<float*>(p.out) + batch * p.out_strides.batch +
+                   head * p.out_strides.head + static_cast<int64_t>(row) * p.out_strides.row +
+                   column0;
+  float* lse_at = p.lse != nullptr && column0 == 0
+                      ? p.lse + batch * p.lse_strides.batch + head * p.lse_strides.head +
+                            row * p.lse_strides.row
+                      : nullptr;
   bool bad = false;
   if (row < len_q) {
 #pragma unroll
@@ -172,10 +169,10 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   repair_rows(bad, row, kLanesPerRow, [&](int bad_row) {
     const int64_t rows_from_here = bad_row - row;
     exact_row<float, kLargestVSlice>(
-        DenseRowOperands<float>{q_base + static_cast<int64_t>(bad_row) * p.q_strides[2], k_base,
-                                v_base, 1, p.k_strides[2], 1, p.v_strides[2], 1},
-        sem, batch, head, bad_row, dqk, p.scale_log2, out_row + rows_from_here * p.out_strides[2],
-        dv, lse_at != nullptr ? lse_at + rows_from_here * p.lse_strides[2] : nullptr);
+        DenseRowOperands<float>{q_base + static_cast<int64_t>(bad_row) * p.q_strides.row, k_base,
+                                v_base, 1, p.k_strides.row, 1, p.v_strides.row, 1},
+        sem, batch, head, bad_row, dqk, p.scale_log2, out_row + rows_from_here * p.out_strides.row,
+        dv, lse_at != nullptr ? lse_at + rows_from_here * p.lse_strides.row : nullptr);
   });
 }
 

@@ -119,8 +119,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
       const int row = row_of(m, r);
       const DeviceKeyRange range = visible_key_range(sem, row);
       const bool masked_row = sem.mask_kind != 0 && row < len_q;
-      const int64_t mask_row_offset = batch * sem.mask_strides[0] + head * sem.mask_strides[1] +
-                                      static_cast<int64_t>(row) * sem.mask_strides[2];
+      const int64_t mask_row = mask_row_offset(sem, batch, head, row);
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
@@ -129,10 +128,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
           float value = kMinusInf;
           if (key >= range.begin && key < range.end) {
             value = map.value(s[m][n][2 * r + e]);
-            if (masked_row)
-              value += load_mask_value(sem.mask, sem.mask_dtype,
-                                       mask_row_offset + key * sem.mask_strides[3]) *
-                       kLog2e;
+            if (masked_row) value += mask_term_log2(sem, mask_row, key);
           }
           s[m][n][2 * r + e] = value;
         }
@@ -235,15 +231,16 @@ __device__ __forceinline__ DenseRowOperands<T> prefill_row_operands(const Prefil
                                                                     int batch, int head,
                                                                     int kv_head, int row,
                                                                     int column0) {
-  return {static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1] +
-              static_cast<int64_t>(row) * p.q_strides[2],
-          static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1],
-          static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1] + column0,
-          1,
-          p.k_strides[2],
-          1,
-          p.v_strides[2],
-          1};
+  return {
+      static_cast<const T*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head +
+          static_cast<int64_t>(row) * p.q_strides.row,
+      static_cast<const T*>(p.k) + batch * p.k_strides.outer + kv_head * p.k_strides.head,
+      static_cast<const T*>(p.v) + batch * p.v_strides.outer + kv_head * p.v_strides.head + column0,
+      1,
+      p.k_strides.row,
+      1,
+      p.v_strides.row,
+      1};
 }
 
 // The epilogue: the sink joins the denominator, then O is normalized and
@@ -263,8 +260,8 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
   const VSlice slice = v_slice(p);
   const int batch = block.batch, head = block.head, columns = slice.columns;
   const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
-  T* out_base =
-      static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] + slice.column0;
+  T* out_base = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
+                slice.column0;
   bool bad[kRowTiles][2] = {};
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
@@ -282,7 +279,7 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
       }
       const int row = row_of(m, r);
       if (row >= len_q) continue;
-      T* out_row = out_base + static_cast<int64_t>(row) * p.out_strides[2];
+      T* out_row = out_base + static_cast<int64_t>(row) * p.out_strides.row;
 #pragma unroll
       for (int n = 0; n < kDvTiles; ++n) {
         const int col = n * 8 + 2 * quad;
@@ -297,7 +294,8 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
         }
       }
       if (p.lse != nullptr && quad == 0 && slice.column0 == 0)
-        p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] = lse;
+        p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + row * p.lse_strides.row] =
+            lse;
     }
 #pragma unroll
   for (int m = 0; m < kRowTiles; ++m)
@@ -307,10 +305,10 @@ __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles]
         exact_row<T, (kDvTiles * 8 + 31) / 32 * 32>(
             prefill_row_operands<T>(p, batch, head, block.kv_head, row, slice.column0), sem, batch,
             head, row, p.head_dim_qk, p.scale_log2,
-            out_base + static_cast<int64_t>(row) * p.out_strides[2], columns,
+            out_base + static_cast<int64_t>(row) * p.out_strides.row, columns,
             p.lse != nullptr && slice.column0 == 0
-                ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] +
-                      row * p.lse_strides[2]
+                ? p.lse + batch * p.lse_strides.batch + head * p.lse_strides.head +
+                      row * p.lse_strides.row
                 : nullptr);
       });
 }

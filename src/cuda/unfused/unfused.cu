@@ -21,7 +21,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/exact_row.cuh"
-#include "cuda/common/semantics.cuh"
+#include "cuda/common/params.h"
 #include "cuda/common/softmax.cuh"
 #include "cuda/unfused/unfused.h"
 
@@ -208,16 +208,13 @@ __device__ __forceinline__ void combine(float& max, float& sum, float other_max,
   max = m;
 }
 
-struct SoftmaxParams {
-  float* scores;        // [chunk matrices, chunk rows, len_k], already scaled
-  void* probabilities;  // same shape, input dtype (aliases scores for f32)
-  float* lse;           // may be null
-  int64_t lse_strides[3];
-  int64_t matrix0, row0;  // the chunk's first (batch, head) matrix and query row
-  int64_t chunk_rows;     // the row stride of a matrix in scores (rows of a full chunk)
-  int64_t rows;           // query rows of each matrix in this chunk
-  int heads_q;
-  MaskSemantics semantics;
+// The call (params.h) and one chunk's scores.
+struct SoftmaxParams : AttentionParams {
+  float* scores = nullptr;        // [chunk matrices, chunk rows, len_k], already scaled
+  void* probabilities = nullptr;  // same shape, input dtype (aliases scores for f32)
+  int64_t matrix0 = 0, row0 = 0;  // the chunk's first (batch, head) matrix and query row
+  int64_t chunk_rows = 0;         // the row stride of a matrix in scores (rows of a full chunk)
+  int64_t rows = 0;               // query rows of each matrix in this chunk
 };
 
 // One block per query row of the chunk: soft cap, mask, (max, sum) in one
@@ -233,8 +230,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) masked_softmax(const SoftmaxP
   float* scores = p.scores + row_id * len_k;
   T* probabilities = static_cast<T*>(p.probabilities) + row_id * len_k;
   const DeviceKeyRange range = visible_key_range(sem, row);
-  const int64_t mask_row =
-      batch * sem.mask_strides[0] + head * sem.mask_strides[1] + row * sem.mask_strides[2];
+  const int64_t mask_row = mask_row_offset(sem, batch, head, row);
 
   const float cap = sem.softcap, inverse_cap = 1.0f / cap;
   float max = kMinusInf, sum = 0.0f;
@@ -270,7 +266,7 @@ __global__ void __launch_bounds__(kSoftmaxThreads) masked_softmax(const SoftmaxP
     row_max = empty ? 0.0f : m;
     row_inverse = empty ? 0.0f : 1.0f / l;
     if (p.lse != nullptr)
-      p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] =
+      p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + row * p.lse_strides.row] =
           empty ? kMinusInf : m + logf(l);
   }
   __syncthreads();
@@ -294,17 +290,8 @@ __global__ void zero_output(T* out, int64_t heads, int64_t len_q, int64_t head_d
 // key's probability 0 times a NaN or infinite v makes a row's output NaN,
 // an additive -inf plus a NaN score its lse. One warp per output row checks
 // the row's out and lse and recomputes a row with a non-finite value.
-struct RepairParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* out;
-  float* lse;  // may be null
-  int64_t q_strides[4], k_strides[4], v_strides[4], out_strides[4], lse_strides[3];
-  int64_t rows;  // batch * heads_q * len_q
-  int heads_q, len_q, kv_group_size, head_dim_qk, head_dim_v;
-  float scale_log2;
-  MaskSemantics semantics;
+struct RepairParams : AttentionParams {
+  int64_t rows = 0;  // batch * heads_q * len_q
 };
 
 constexpr int kRepairWarps = 8;
@@ -319,24 +306,24 @@ __global__ void __launch_bounds__(kRepairWarps * 32, 1)
   const int head = static_cast<int>(id / p.len_q % p.heads_q);
   const int batch = static_cast<int>(id / p.len_q / p.heads_q);
   const int kv_head = head / p.kv_group_size;
-  T* out = static_cast<T*>(p.out) + batch * p.out_strides[0] + head * p.out_strides[1] +
-           row * p.out_strides[2];
-  float* lse = p.lse != nullptr ? p.lse + batch * p.lse_strides[0] + head * p.lse_strides[1] +
-                                      row * p.lse_strides[2]
+  T* out = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
+           row * p.out_strides.row;
+  float* lse = p.lse != nullptr ? p.lse + batch * p.lse_strides.batch + head * p.lse_strides.head +
+                                      row * p.lse_strides.row
                                 : nullptr;
   bool bad = lane == 0 && lse != nullptr && *lse != *lse;
   for (int c = lane; c < p.head_dim_v; c += 32) bad |= non_finite(to_float(out[c]));
   if (!__any_sync(0xffffffffu, bad)) return;
   const DenseRowOperands<T> x{
-      static_cast<const T*>(p.q) + batch * p.q_strides[0] + head * p.q_strides[1] +
-          row * p.q_strides[2],
-      static_cast<const T*>(p.k) + batch * p.k_strides[0] + kv_head * p.k_strides[1],
-      static_cast<const T*>(p.v) + batch * p.v_strides[0] + kv_head * p.v_strides[1],
-      p.q_strides[3],
-      p.k_strides[2],
-      p.k_strides[3],
-      p.v_strides[2],
-      p.v_strides[3]};
+      static_cast<const T*>(p.q) + batch * p.q_strides.batch + head * p.q_strides.head +
+          row * p.q_strides.row,
+      static_cast<const T*>(p.k) + batch * p.k_strides.outer + kv_head * p.k_strides.head,
+      static_cast<const T*>(p.v) + batch * p.v_strides.outer + kv_head * p.v_strides.head,
+      p.q_strides.col,
+      p.k_strides.row,
+      p.k_strides.col,
+      p.v_strides.row,
+      p.v_strides.col};
   exact_row<T, 256>(x, p.semantics, batch, head, row, p.head_dim_qk, p.scale_log2, out,
                     p.head_dim_v, lse);
 }
@@ -344,29 +331,9 @@ __global__ void __launch_bounds__(kRepairWarps * 32, 1)
 template <typename T>
 void launch_repair(const Plan& plan, const Tensors& t, cudaStream_t stream) {
   const Problem& problem = plan.problem;
-  RepairParams p{};
-  p.q = t.q.data;
-  p.k = t.k.data;
-  p.v = t.v.data;
-  p.out = t.out.data;
-  for (int d = 0; d < 4; ++d) {
-    p.q_strides[d] = t.q.strides[d];
-    p.k_strides[d] = t.k.strides[d];
-    p.v_strides[d] = t.v.strides[d];
-    p.out_strides[d] = t.out.strides[d];
-  }
-  if (t.lse) {
-    p.lse = static_cast<float*>(t.lse->data);
-    for (int d = 0; d < 3; ++d) p.lse_strides[d] = t.lse->strides[d];
-  }
+  RepairParams p;
+  static_cast<AttentionParams&>(p) = make_attention_params(plan, t);
   p.rows = problem.batch * problem.heads_q * problem.len_q;
-  p.heads_q = static_cast<int>(problem.heads_q);
-  p.len_q = static_cast<int>(problem.len_q);
-  p.kv_group_size = static_cast<int>(problem.heads_q / problem.heads_kv);
-  p.head_dim_qk = static_cast<int>(problem.head_dim_qk);
-  p.head_dim_v = static_cast<int>(problem.head_dim_v);
-  p.scale_log2 = in_exp2_domain(plan.scale);
-  p.semantics = make_mask_semantics(problem, plan.options, t);
   prepare_launch(reinterpret_cast<const void*>(&repair_nonfinite_rows<T>), kRepairWarps * 32, 0,
                  "cuda_unfused_cublas (non-finite rows)");
   repair_nonfinite_rows<T><<<static_cast<unsigned>((p.rows + kRepairWarps - 1) / kRepairWarps),
@@ -508,16 +475,11 @@ void unfused_launch(const Plan& plan, const Tensors& t, void* workspace, void* s
     if (p.dtype == DType::F32 && plan.options.allow_tf32) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
 
-  SoftmaxParams softmax{};
+  SoftmaxParams softmax;
+  static_cast<AttentionParams&>(softmax) = make_attention_params(plan, t);
   softmax.scores = scores;
   softmax.probabilities = probabilities;
-  softmax.heads_q = static_cast<int>(p.heads_q);
   softmax.chunk_rows = chunk.rows;
-  softmax.semantics = make_mask_semantics(p, plan.options, t);
-  if (t.lse) {
-    softmax.lse = static_cast<float*>(t.lse->data);
-    for (int d = 0; d < 3; ++d) softmax.lse_strides[d] = t.lse->strides[d];
-  }
 
   // Chunk by chunk, in stream order: the next chunk's pointers and scores
   // reuse this one's workspace only after its GEMMs and softmax ran.
