@@ -30,7 +30,14 @@ using namespace fsdpa;
 
 #define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-enum class MaskCase { None, AdditiveF32, AdditiveBF16Broadcast, Boolean, BooleanFullyMaskedRow };
+enum class MaskCase {
+  None,
+  AdditiveF32,
+  AdditiveF16,
+  AdditiveBF16Broadcast,
+  Boolean,
+  BooleanFullyMaskedRow
+};
 
 struct Case {
   int64_t batch = 1, heads_q = 8, heads_kv = 2, len_q = 1, len_k = 97, dqk = 128, dv = 128;
@@ -198,6 +205,7 @@ void run_case(const Case& c) {
     const bool boolean = c.mask == MaskCase::Boolean || c.mask == MaskCase::BooleanFullyMaskedRow;
     const DType mdt = boolean                           ? DType::Bool
                       : c.mask == MaskCase::AdditiveF32 ? DType::F32
+                      : c.mask == MaskCase::AdditiveF16 ? DType::F16
                                                         : DType::BF16;
     // Full [B, Hq, Lq, Lk] or broadcast [1, 1, Lq, Lk].
     const bool broadcast = c.mask == MaskCase::AdditiveBF16Broadcast;
@@ -653,8 +661,9 @@ TEST(Decode, SlidingWindow) {
 }
 
 TEST(Decode, Masks) {
-  for (MaskCase mask : {MaskCase::AdditiveF32, MaskCase::AdditiveBF16Broadcast, MaskCase::Boolean,
-                        MaskCase::BooleanFullyMaskedRow})
+  for (MaskCase mask :
+       {MaskCase::AdditiveF32, MaskCase::AdditiveF16, MaskCase::AdditiveBF16Broadcast,
+        MaskCase::Boolean, MaskCase::BooleanFullyMaskedRow})
     for (int splits : {1, 5}) {
       Case c;
       c.mask = mask;
