@@ -38,10 +38,12 @@
 # `variants` is the kernel-variant A/B (.devbuild/variants) on the soft cap row.
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
-# memcheck/racecheck on a small paged grid (and PAGED_DECODE_SANITIZE of
+# memcheck/racecheck on a small paged grid (PAGED_SANITIZE_FILTER replaces
+# its filter; and PAGED_DECODE_SANITIZE of
 # the decode suite), paged_bench.py (PAGED_ARGS: its arguments), and with
-# AB_BASE=1 the decode rows DECODE_ROWS against .devbuild/base.tgz
-# (PAGED_SUITES=all: the prefill and unfused suites too).
+# AB_BASE=1 the decode rows DECODE_ROWS (and paged_bench.py's rows
+# PAGED_AB_ROWS) against .devbuild/base.tgz (PAGED_SUITES=all: the prefill
+# and unfused suites too).
 # `coverage` is the loop for the head dims above 256 and the soft cap: the
 # prefill, unfused and decode GPU tests, decode-vs-prefill, memcheck and
 # racecheck on the column-slice kernels, and compare_torch.py --large.
@@ -250,7 +252,7 @@ sanitize_small() {
 # runs use that tree's own Python wrapper (the C ABI may differ).
 build_ab_base() {
   rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
-  cp bench/compare_torch.py bench/decode_bench.py bench/timing.py /tmp/base/bench/
+  cp bench/compare_torch.py bench/decode_bench.py bench/paged_bench.py bench/timing.py /tmp/base/bench/
   local t0
   t0=$(date +%s)
   cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
@@ -521,7 +523,7 @@ if [ "$STAGES" = paged ]; then
   grep -E "paged16 [0-9]" "$OUT/bench-paged.log" | cut -c1-200 | tee -a "$SUMMARY"
   tail -5 "$OUT/bench-paged.log" | grep -E "Error|error" | tee -a "$SUMMARY"
   [ "${PAGED_SUITES:-decode}" != none ] &&
-    sanitize_small gpu_test_paged 'PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools' 120 paged
+    sanitize_small gpu_test_paged "${PAGED_SANITIZE_FILTER:-PagedDecode.Semantics:PagedDecode.NarrowRowsAndPaddedPools}" 120 paged
   # PAGED_DECODE_SANITIZE: a gtest filter of the decode suite to sanitize too
   # (the dense side of a changed decode load stage).
   [ -n "${PAGED_DECODE_SANITIZE:-}" ] && sanitize_small gpu_test_decode "$PAGED_DECODE_SANITIZE" 120 decode
@@ -530,6 +532,20 @@ if [ "$STAGES" = paged ]; then
     for rep in 1 2; do
       for variant in base tree; do ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,0,8,17}"; done
     done
+    # PAGED_AB_ROWS: paged_bench.py rows (dense, dense + lengths, pages of
+    # 16 and 64) of the base and the tree, alternating, twice.
+    if [ -n "${PAGED_AB_ROWS:-}" ]; then
+      for rep in 1 2; do
+        for variant in base tree; do
+          FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+            python3 "$(ab_root $variant)/bench/paged_bench.py" --rows "$PAGED_AB_ROWS" --fsdpa-only \
+            --out "$OUT/ab/paged-$variant-$rep.json" --md "$OUT/ab/paged-$variant-$rep.md" \
+            >"$OUT/ab/paged-$variant-$rep.log" 2>&1
+          grep -E "paged16 [0-9]" "$OUT/ab/paged-$variant-$rep.log" | sed "s/^/ab paged $variant #$rep: /" |
+            cut -c1-200 | tee -a "$SUMMARY"
+        done
+      done
+    fi
   fi
 fi
 
