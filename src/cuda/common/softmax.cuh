@@ -6,9 +6,11 @@
 
 #include <cstdint>
 
+#include "core/semantics.h"
+
 namespace fsdpa::detail::cuda {
 
-constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLog2e = static_cast<float>(kLog2eDouble);  // the host's constant, as a float
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kMinusInf = -__builtin_huge_valf();
 
