@@ -39,8 +39,8 @@
 # `paged` is the loop for paged and ragged KV caches: every GPU suite (the
 # decode kernels and the key rule under them changed), the paged suite,
 # memcheck/racecheck on a small paged grid (PAGED_SANITIZE_FILTER replaces
-# its filter; and PAGED_DECODE_SANITIZE of
-# the decode suite), paged_bench.py (PAGED_ARGS: its arguments), and with
+# its filter) and on the decode suite's PAGED_DECODE_SANITIZE filter,
+# paged_bench.py (PAGED_ARGS: its arguments), and with
 # AB_BASE=1 the decode rows DECODE_ROWS (and paged_bench.py's rows
 # PAGED_AB_ROWS) against .devbuild/base.tgz (PAGED_SUITES=all: the prefill
 # and unfused suites too).
