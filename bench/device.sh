@@ -272,6 +272,16 @@ ab_decode_run() {
     cut -c1-200 | tee -a "$SUMMARY"
 }
 
+# paged_bench.py --fsdpa-only (dense, dense + lengths, pages of 16 and 64)
+# of variant $1, repetition $2, on rows $3.
+ab_paged_run() {
+  FSDPA_LIBRARY=$(ab_lib "$1") PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
+    python3 "$(ab_root "$1")/bench/paged_bench.py" --rows "$3" --fsdpa-only \
+    --out "$OUT/ab/paged-$1-$2.json" --md "$OUT/ab/paged-$1-$2.md" >"$OUT/ab/paged-$1-$2.log" 2>&1
+  grep -E "paged16 [0-9]" "$OUT/ab/paged-$1-$2.log" | sed "s/^/ab paged $1 #$2: /" |
+    cut -c1-200 | tee -a "$SUMMARY"
+}
+
 # AB_BASE=1 (coverage and prefill stages): an A/B of the tree's library
 # against the one built from .devbuild/base.tgz (`git archive` of the commit
 # to compare with), on the main prefill table (fsdpa fused only; AB_ARGS are
@@ -530,22 +540,11 @@ if [ "$STAGES" = paged ]; then
   if [ "${AB_BASE:-0}" = 1 ] && [ -f .devbuild/base.tgz ]; then
     build_ab_base
     for rep in 1 2; do
-      for variant in base tree; do ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,0,8,17}"; done
-    done
-    # PAGED_AB_ROWS: paged_bench.py rows (dense, dense + lengths, pages of
-    # 16 and 64) of the base and the tree, alternating, twice.
-    if [ -n "${PAGED_AB_ROWS:-}" ]; then
-      for rep in 1 2; do
-        for variant in base tree; do
-          FSDPA_LIBRARY=$(ab_lib $variant) PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
-            python3 "$(ab_root $variant)/bench/paged_bench.py" --rows "$PAGED_AB_ROWS" --fsdpa-only \
-            --out "$OUT/ab/paged-$variant-$rep.json" --md "$OUT/ab/paged-$variant-$rep.md" \
-            >"$OUT/ab/paged-$variant-$rep.log" 2>&1
-          grep -E "paged16 [0-9]" "$OUT/ab/paged-$variant-$rep.log" | sed "s/^/ab paged $variant #$rep: /" |
-            cut -c1-200 | tee -a "$SUMMARY"
-        done
+      for variant in base tree; do
+        ab_decode_run $variant $rep "${DECODE_ROWS:-15,3,0,8,17}"
+        [ -n "${PAGED_AB_ROWS:-}" ] && ab_paged_run $variant $rep "$PAGED_AB_ROWS"
       done
-    fi
+    done
   fi
 fi
 

@@ -14,9 +14,10 @@ namespace fsdpa::detail {
 
 // Kernels keep scores in the exp2 domain (2^(x log2 e) = e^x): a quantity in
 // natural units (the score scale, the soft cap) times log2(e), as the float
-// the kernels take. kLog2eDouble is the constant in host arithmetic; the
-// device headers' kLog2e (cuda/common/softmax.cuh) is it as a float.
+// the kernels take. kLog2eDouble is the constant in host arithmetic, kLog2e
+// the float the kernels (CUDA and the CPU fused path) compute with.
 inline constexpr double kLog2eDouble = 1.4426950408889634;
+inline constexpr float kLog2e = static_cast<float>(kLog2eDouble);
 inline float in_exp2_domain(double natural) { return static_cast<float>(natural * kLog2eDouble); }
 
 // The soft cap (Options::softcap): c * tanh(x / c) for c > 0, x unchanged for

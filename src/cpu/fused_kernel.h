@@ -169,7 +169,6 @@ constexpr int kBlockQK = FSDPA_FUSED_VEC_BYTES == 32 ? 6 : 3;
 constexpr int kBlockPV = FSDPA_FUSED_VEC_BYTES == 32 ? 6 : 3;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kLog2e = static_cast<float>(kLog2eDouble);
 constexpr double kLn2 = 0.693147180559945309417;
 
 inline int64_t imin(int64_t x, int64_t y) { return x < y ? x : y; }

@@ -10,7 +10,6 @@
 
 namespace fsdpa::detail::cuda {
 
-constexpr float kLog2e = static_cast<float>(kLog2eDouble);  // the host's constant, as a float
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kMinusInf = -__builtin_huge_valf();
 
