@@ -12,7 +12,10 @@ the fraction of the read ceiling, the bound 6 us + bytes / (0.9 x ceiling)
 a float64 reference of the first sequences. Rows of equal lengths also time
 the dense cache with seq_lens_k (as every paged call passes it): the plan is
 then the paged one's, so paged over that isolates the gather's own cost from
-the split count per-sequence lengths get.
+the split count per-sequence lengths get. Every row also times the same keys
+stored [B, Lk, Hkv, D] with seq_lens_k, which is how a page holds its rows:
+paged over that is the block table's own cost, and that over the dense cache
+the layout's.
 
   FSDPA_LIBRARY=build/libfsdpa.so python3 bench/paged_bench.py --out paged.json --md paged.md
 """
@@ -151,6 +154,17 @@ def bench_row(row, ceiling, args, generator):
         ms, how = timed([dense_lens])
         dense_lens()
         record("dense_lens", ms, how, out, dense_lens.info)
+    # The same keys stored [B, Lk, Hkv, D]: a page's own layout (a kv head's
+    # rows Hkv x D apart) without the pages, so paged over this is the block
+    # table's cost alone and this over dense + lens the layout's.
+    k_bshd = k.transpose(1, 2).contiguous().transpose(1, 2)
+    v_bshd = k_bshd[..., :dv] if alias else v.transpose(1, 2).contiguous().transpose(1, 2)
+    out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
+    dense_bshd = fsdpa.prepare(q, k_bshd, v_bshd, out=out, seq_lens_k=seq_lens, **kwargs)
+    ms, how = timed([dense_bshd])
+    dense_bshd()
+    record("dense_bshd", ms, how, out, dense_bshd.info)
+    del k_bshd, v_bshd
     for page in PAGES:
         k_pages, v_pages, table = paged_copy(k, None if alias else v, lens, page, generator)
         vp = k_pages[..., :dv] if alias else v_pages
@@ -162,6 +176,7 @@ def bench_row(row, ceiling, args, generator):
         record(f"paged{page}", ms, how, out, paged.info)
         result[f"paged{page}"]["over_dense"] = ms / result["dense"]["ms"]
         result[f"paged{page}"]["over_dense_lens"] = ms / result.get("dense_lens", result["dense"])["ms"]
+        result[f"paged{page}"]["over_dense_bshd"] = ms / result["dense_bshd"]["ms"]
         del k_pages, v_pages
     if args.fsdpa_only:
         return result
@@ -197,10 +212,12 @@ def markdown(results, ceiling, command):
              f"Command: `{command}`  ", f"Read ceiling measured in the run: {ceiling:.2f} TB/s. "
              "Times: CUDA-graph median per call. bound = 6 us + unique K/V bytes / (0.9 x ceiling).",
              "Paged columns: time (over dense; over the dense cache with seq_lens_k, whose "
-             "split plan is the paged one's).",
+             "split plan is the paged one's; over the dense BSHD cache with seq_lens_k, whose "
+             "rows lie as a page's do).",
              "", "| row | unique K/V | bound us | dense us (TB/s) | dense + seq_lens_k us | "
+             "dense BSHD + seq_lens_k us | "
              "paged16 us (x dense) | paged64 us (x dense) | cudnn us | flash paged256 us | err |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         def cell(label, ratio=False):
             e = r.get(label)
@@ -208,16 +225,18 @@ def markdown(results, ceiling, command):
                 return "-" if not e else "n/a"
             s = f"{e['ms'] * 1e3:.1f}"
             if ratio and "over_dense" in e:
-                s += f" ({e['over_dense']:.3f}; {e['over_dense_lens']:.3f})"
+                s += (f" ({e['over_dense']:.3f}; {e['over_dense_lens']:.3f}; "
+                      f"{e['over_dense_bshd']:.3f})")
             elif label == "dense":
                 s += f" ({e['tb_s']:.2f})"
             return s + ("" if e["within_bound"] else " *")
-        errs = max(r[l]["err"] for l in ("dense", "dense_lens", "paged16", "paged64")
+        errs = max(r[l]["err"] for l in ("dense", "dense_lens", "dense_bshd", "paged16", "paged64")
                    if "err" in r.get(l, {}))
         lines.append(f"| {r['name']} (B{r['B']} Hq{r['Hq']} Hkv{r['Hkv']} Lq{r['Lq']} "
                      f"Lk{r['Lk']}{' mixed' if r['mixed'] else ''} D{r['Dqk']}/{r['Dv']}) | "
                      f"{r['unique_kv_bytes'] / 1e9:.3f} GB | {r['bound_ms'] * 1e3:.1f} | "
-                     f"{cell('dense')} | {cell('dense_lens')} | {cell('paged16', True)} | "
+                     f"{cell('dense')} | {cell('dense_lens')} | {cell('dense_bshd')} | "
+                     f"{cell('paged16', True)} | "
                      f"{cell('paged64', True)} | "
                      f"{cell('cudnn')} | {cell('flash_paged256')} | {errs:.1e} |")
     lines += ["", "`*`: above the bound. fsdpa kernels: " + ", ".join(
@@ -243,7 +262,8 @@ def main():
             r = results[-1]
             lens_us = (f", dense+lens {r['dense_lens']['ms'] * 1e3:.1f}" if "dense_lens" in r
                        else "")
-            print(f"{r['name']}: dense {r['dense']['ms'] * 1e3:.1f} us{lens_us}, paged16 "
+            print(f"{r['name']}: dense {r['dense']['ms'] * 1e3:.1f} us{lens_us}, bshd+lens "
+                  f"{r['dense_bshd']['ms'] * 1e3:.1f}, paged16 "
                   f"{r['paged16']['ms'] * 1e3:.1f}, paged64 {r['paged64']['ms'] * 1e3:.1f} "
                   f"(bound {r['bound_ms'] * 1e3:.1f})", flush=True)
             torch.cuda.empty_cache()
