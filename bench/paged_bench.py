@@ -86,12 +86,14 @@ def reference(q, k, v, lens, scale, rows=2):
     return torch.stack(outs)
 
 
-def paged_copy(k, v, lens, page, generator):
-    """The keys of each sequence in shuffled pages [pages, page, Hkv, D]."""
+def paged_copy(k, v, lens, page, generator, shuffled=True):
+    """The keys of each sequence in pages [pages, page, Hkv, D]: in shuffled
+    slots, or (shuffled=False) in the pool's order, sequence after sequence."""
     B, Hkv, Lk = k.shape[:3]
     max_pages = -(-Lk // page)
     used = [-(-n // page) for n in lens]
-    order = torch.randperm(sum(used), generator=generator).tolist()
+    order = (torch.randperm(sum(used), generator=generator).tolist() if shuffled
+             else list(range(sum(used))))
     k_pages = torch.zeros(sum(used), page, Hkv, k.shape[3], dtype=k.dtype, device=k.device)
     v_pages = None if v is None else torch.zeros(sum(used), page, Hkv, v.shape[3], dtype=v.dtype,
                                                  device=v.device)
@@ -165,18 +167,23 @@ def bench_row(row, ceiling, args, generator):
     dense_bshd()
     record("dense_bshd", ms, how, out, dense_bshd.info)
     del k_bshd, v_bshd
-    for page in PAGES:
-        k_pages, v_pages, table = paged_copy(k, None if alias else v, lens, page, generator)
+    # Page 16 also with the pages in the pool's order: paged over that is the
+    # cost of the table's scatter (pages anywhere in the pool) alone.
+    for page, shuffled in [(p, True) for p in PAGES] + [(PAGES[0], False)]:
+        k_pages, v_pages, table = paged_copy(k, None if alias else v, lens, page, generator,
+                                             shuffled)
         vp = k_pages[..., :dv] if alias else v_pages
         out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
         paged = fsdpa.prepare(q, k_pages, vp, out=out, block_table=table, seq_lens_k=seq_lens,
                               **kwargs)
         ms, how = timed([paged])
         paged()
-        record(f"paged{page}", ms, how, out, paged.info)
-        result[f"paged{page}"]["over_dense"] = ms / result["dense"]["ms"]
-        result[f"paged{page}"]["over_dense_lens"] = ms / result.get("dense_lens", result["dense"])["ms"]
-        result[f"paged{page}"]["over_dense_bshd"] = ms / result["dense_bshd"]["ms"]
+        label = f"paged{page}" if shuffled else f"paged{page}_in_order"
+        record(label, ms, how, out, paged.info)
+        if shuffled:
+            result[label]["over_dense"] = ms / result["dense"]["ms"]
+            result[label]["over_dense_lens"] = ms / result.get("dense_lens", result["dense"])["ms"]
+            result[label]["over_dense_bshd"] = ms / result["dense_bshd"]["ms"]
         del k_pages, v_pages
     if args.fsdpa_only:
         return result
@@ -213,11 +220,12 @@ def markdown(results, ceiling, command):
              "Times: CUDA-graph median per call. bound = 6 us + unique K/V bytes / (0.9 x ceiling).",
              "Paged columns: time (over dense; over the dense cache with seq_lens_k, whose "
              "split plan is the paged one's; over the dense BSHD cache with seq_lens_k, whose "
-             "rows lie as a page's do).",
+             "rows lie as a page's do). Paged16 in order: the pages in the pool's order.",
              "", "| row | unique K/V | bound us | dense us (TB/s) | dense + seq_lens_k us | "
              "dense BSHD + seq_lens_k us | "
-             "paged16 us (x dense) | paged64 us (x dense) | cudnn us | flash paged256 us | err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "paged16 us (x dense) | paged64 us (x dense) | paged16 in order us | cudnn us | "
+             "flash paged256 us | err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         def cell(label, ratio=False):
             e = r.get(label)
@@ -230,14 +238,15 @@ def markdown(results, ceiling, command):
             elif label == "dense":
                 s += f" ({e['tb_s']:.2f})"
             return s + ("" if e["within_bound"] else " *")
-        errs = max(r[l]["err"] for l in ("dense", "dense_lens", "dense_bshd", "paged16", "paged64")
+        errs = max(r[l]["err"] for l in ("dense", "dense_lens", "dense_bshd", "paged16", "paged64",
+                                         "paged16_in_order")
                    if "err" in r.get(l, {}))
         lines.append(f"| {r['name']} (B{r['B']} Hq{r['Hq']} Hkv{r['Hkv']} Lq{r['Lq']} "
                      f"Lk{r['Lk']}{' mixed' if r['mixed'] else ''} D{r['Dqk']}/{r['Dv']}) | "
                      f"{r['unique_kv_bytes'] / 1e9:.3f} GB | {r['bound_ms'] * 1e3:.1f} | "
                      f"{cell('dense')} | {cell('dense_lens')} | {cell('dense_bshd')} | "
                      f"{cell('paged16', True)} | "
-                     f"{cell('paged64', True)} | "
+                     f"{cell('paged64', True)} | {cell('paged16_in_order')} | "
                      f"{cell('cudnn')} | {cell('flash_paged256')} | {errs:.1e} |")
     lines += ["", "`*`: above the bound. fsdpa kernels: " + ", ".join(
         sorted({f"{r[l]['kernel']} ({l}, {r[l]['splits']} splits)" for r in results
@@ -264,7 +273,8 @@ def main():
                        else "")
             print(f"{r['name']}: dense {r['dense']['ms'] * 1e3:.1f} us{lens_us}, bshd+lens "
                   f"{r['dense_bshd']['ms'] * 1e3:.1f}, paged16 "
-                  f"{r['paged16']['ms'] * 1e3:.1f}, paged64 {r['paged64']['ms'] * 1e3:.1f} "
+                  f"{r['paged16']['ms'] * 1e3:.1f}, paged64 {r['paged64']['ms'] * 1e3:.1f}, "
+                  f"paged16 in order {r['paged16_in_order']['ms'] * 1e3:.1f} "
                   f"(bound {r['bound_ms'] * 1e3:.1f})", flush=True)
             torch.cuda.empty_cache()
     command = "bench/paged_bench.py " + " ".join(sys.argv[1:])
