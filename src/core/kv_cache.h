@@ -82,12 +82,18 @@ struct KvStrides {
   int64_t outer = 0, head = 0, row = 0, col = 0;
 };
 
+// Element offset of row `row` (column 0) of kv head h in `outer` (a
+// sequence of a dense cache, a page of a paged one).
+FSDPA_HOST_DEVICE int64_t row_offset(const KvStrides& s, int64_t outer, int64_t h, int64_t row) {
+  return outer * s.outer + h * s.head + row * s.row;
+}
+
 // Element offset of key j's row (column 0) of sequence b and kv head h.
 FSDPA_HOST_DEVICE int64_t key_row_offset(const KvIndex& kv, const KvStrides& s, int64_t b,
                                          int64_t h, int64_t j) {
-  if (kv.block_table == nullptr) return b * s.outer + h * s.head + j * s.row;
+  if (kv.block_table == nullptr) return row_offset(s, b, h, j);
   const PageSlot slot = page_slot(kv, j);
-  return page_of(kv, b, slot.column) * s.outer + h * s.head + slot.row * s.row;
+  return row_offset(s, page_of(kv, b, slot.column), h, slot.row);
 }
 
 // The roles of a validated call's k or v strides (paged: a block table given).

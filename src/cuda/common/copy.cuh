@@ -326,6 +326,49 @@ __device__ __forceinline__ void copy_tile_rows_gather(uint32_t shared, const Row
   }
 }
 
+// cp_async_tile_rows for a tile whose rows lie in groups of 16, each
+// group's rows row_stride apart and the groups anywhere (a paged cache's
+// keys where pages hold a multiple of 16 rows and the tile starts at a
+// multiple of 16): lane g of every warp holds group g's first element in
+// `group_first` (g < kRows / 16; any address where the group starts at or
+// past num_rows), and each copy takes its group's by a shuffle. The
+// threads, chunks and passes are cp_async_tile_rows', so a row costs a
+// shuffle more than a dense one, not a lookup (copy_tile_rows_gather).
+// Every thread of the block calls it (the shuffles).
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void cp_async_tile_row_groups(uint32_t shared, const T* group_first,
+                                                         const T* any, int64_t row_stride, int row0,
+                                                         int num_rows, int num_cols) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
+  static_assert(kRows % 16 == 0 && kRows / 16 <= 32, "a warp's lanes hold the groups");
+  constexpr int kChunksPerRow = kCols / 8;
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
+  static_assert(kRowsPerPass >= 1 && kThreads % 32 == 0, "a pass covers at least one row");
+  const int thread = fresh_thread_index();
+  const int row = thread / kChunksPerRow;
+  const int col = thread % kChunksPerRow * 8;
+  const int remaining = num_cols - col;
+  const bool copies = row < kRowsPerPass && remaining > 0;
+  const int bytes = remaining >= 8 ? 16 : remaining * 2;
+  const auto bits = reinterpret_cast<uintptr_t>(group_first);
+  uint32_t to = shared + static_cast<uint32_t>((row * kStride + col) * sizeof(T));
+  // Unrolled unless the passes are many (cp_async_tile_rows' 576/512 spill).
+#pragma unroll(kPasses <= 6 ? kPasses : 1)
+  for (int i = 0; i < kPasses; ++i, to += kPassBytes) {
+    const int r = row + i * kRowsPerPass;
+    const int group = min(r / 16, kRows / 16 - 1);
+    const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(bits), group);
+    const uint32_t hi = __shfl_sync(0xffffffffu, static_cast<uint32_t>(bits >> 32), group);
+    const T* first = reinterpret_cast<const T*>(static_cast<uintptr_t>(hi) << 32 | lo);
+    // Past num_rows: zero-fill, reading nothing (the source only has to be an address).
+    const bool valid = copies && r < kRows && row0 + r < num_rows;
+    if (copies && r < kRows)
+      cp_async_16_zfill(to, valid ? first + (r % 16) * row_stride + col : any, valid ? bytes : 0);
+  }
+}
+
 // One whole 16-byte chunk in cp.async pieces of kWidth (8 or 4) bytes: both
 // addresses in registers, the pieces' offsets immediate.
 template <int kWidth>

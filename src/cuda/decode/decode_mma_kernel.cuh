@@ -163,6 +163,11 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(rows) + int64_t{key0} * row_bytes) &
                                  15);
   };
+  // A paged stage's keys lie in groups of 16 rows of one page each where
+  // pages hold a multiple of 16 keys and the block's first key is a multiple
+  // of 16 (a window's need not be), rows 16-byte aligned.
+  const bool page_groups =
+      kPaged && p.kv.page_size % 16 == 0 && key_begin % 16 == 0 && p.copy_bytes >= 16;
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
@@ -192,6 +197,24 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     if constexpr (kPaged) {  // each key's row through the block table
       const T* k = static_cast<const T*>(p.k);
       const T* v = static_cast<const T*>(p.v);
+      if (page_groups) {  // a page lookup per 16 keys, by lane g of every warp for keys 16g..
+        const T* k_first = k;
+        const T* v_first = v;
+        const int g = fresh_thread_index() % 32, key = key0 + 16 * g;
+        if (g < kStageKeys / 16 && key < key_end) {
+          const PageSlot slot = page_slot(p.kv, key);
+          const int64_t page = page_of(p.kv, blk.batch, slot.column);
+          k_first = k + row_offset(p.k_strides, page, blk.kv_head, slot.row);
+          v_first = v + row_offset(p.v_strides, page, blk.kv_head, slot.row);
+        }
+        cp_async_tile_row_groups<kStageKeys, DQK, kRowK, kThreads>(
+            k_dst, k_first, k, p.k_strides.row, key0, key_end, p.head_dim_qk);
+        if (!v_aliases_k)
+          cp_async_tile_row_groups<kStageKeys, DV, kRowV, kThreads>(
+              k_dst + kStageKeys * kRowK * sizeof(T), v_first, v, p.v_strides.row, key0, key_end,
+              p.head_dim_v);
+        return;
+      }
       copy_tile_rows_gather<kStageKeys, DQK, kRowK, kThreads>(
           k_dst,
           [&](int j) { return k + key_row_offset(p.kv, p.k_strides, blk.batch, blk.kv_head, j); },
