@@ -506,7 +506,13 @@ TEST(CudaDecodePlan, LoadsOfNarrowRows) {
             "cp.async pieces of 4 bytes; 16-byte cp.async of each stage's span where k's and v's "
             "rows are contiguous from 16-byte aligned bases");
   p.page_size = 16, p.num_pages = 2048;  // a paged pool: its rows are gathered
-  EXPECT_EQ(loads(p), "cp.async pieces of 4 bytes");
+  EXPECT_EQ(loads(p), "cp.async pieces of 4 bytes; one block-table lookup per key");
+  p.row_alignment = 16;  // pages of a multiple of 16 keys: a lookup per 16 keys
+  EXPECT_EQ(loads(p),
+            "cp.async, 16 bytes; one block-table lookup per 16 keys (a window's first block: per "
+            "key)");
+  p.page_size = 24, p.num_pages = 1366;
+  EXPECT_EQ(loads(p), "cp.async, 16 bytes; one block-table lookup per key");
   p.page_size = 0, p.num_pages = 0, p.row_alignment = 2;  // odd rows: no 32-bit fragment loads
   EXPECT_EQ(loads(p), "register copies of 2-byte elements");
   p.row_alignment = 16;

@@ -256,6 +256,13 @@ bool packs_narrow_rows(const Problem& p, int row_alignment) {
          row_alignment < 16;
 }
 
+// Splits of a paged cache start on a multiple of a stream's 16 keys, so that
+// where pages hold a multiple of 16 keys a block's stages take their keys as
+// whole groups of 16 rows of one page (decode_mma_kernel.cuh: page_groups).
+int decode_split_keys_multiple(const Problem& p) {
+  return p.page_size > 0 ? kDecodeMmaKeysPerStream : 1;
+}
+
 }  // namespace
 
 void decode_configure(const Problem& p, Plan& plan) {
@@ -293,10 +300,15 @@ void decode_configure(const Problem& p, Plan& plan) {
   configure_decode_plan(
       p, plan,
       DecodeGrid{
-          bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm, 1,
-          cluster_merge, merge_binary >= 90,
+          bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm,
+          decode_split_keys_multiple(p), cluster_merge, merge_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
+  if (p.page_size > 0)
+    plan.loads +=
+        p.dtype != DType::F32 && p.page_size % kDecodeMmaKeysPerStream == 0 && p.row_alignment >= 16
+            ? "; one block-table lookup per 16 keys (a window's first block: per key)"
+            : "; one block-table lookup per key";
   if (packs_narrow_rows(p, p.row_alignment))
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
@@ -347,7 +359,8 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
     throw Error("fsdpa: internal: a decode plan without its instance (" + plan.kernel + ")");
   const DecodeBlockShape tile = decode_block_shape(
       elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
-  launch(make_decode_params(plan, t, workspace, tile.rows, 1), static_cast<cudaStream_t>(stream));
+  launch(make_decode_params(plan, t, workspace, tile.rows, decode_split_keys_multiple(p)),
+         static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda
