@@ -487,6 +487,22 @@ TEST(CudaDecodePlan, PerSequenceLengthsPlanAListOfSplits) {
   EXPECT_EQ(planned(p).kv_split_slots, 0);
 }
 
+// A paged cache's splits start on a multiple of 16 keys (its stages then
+// take whole page groups), and so do a dense cache's with per-sequence
+// lengths: the paged call and its dense twin split alike, so they give the
+// same bits (the GPU paged suite compares them). Without lengths nothing
+// moves.
+TEST(CudaDecodePlan, SplitStartsOfPagedAndRaggedCaches) {
+  Problem p;
+  p.batch = 4, p.heads_q = 32, p.heads_kv = 8, p.len_q = 1, p.len_k = 32768;
+  p.head_dim_qk = p.head_dim_v = 128, p.dtype = DType::BF16;
+  EXPECT_EQ(detail::cuda::decode_split_keys_multiple(p), 1);
+  p.has_seq_lens_k = true;
+  EXPECT_EQ(detail::cuda::decode_split_keys_multiple(p), 16);
+  p.page_size = 16, p.num_pages = 8192;
+  EXPECT_EQ(detail::cuda::decode_split_keys_multiple(p), 16);
+}
+
 // What the plan says the split kernels load for rows that are not 16-byte
 // aligned: the pieces, and the packed spans of contiguous dense rows where
 // the tensor-core kernel takes them (the launch decides from the tensors).

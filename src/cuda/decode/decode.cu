@@ -256,14 +256,11 @@ bool packs_narrow_rows(const Problem& p, int row_alignment) {
          row_alignment < 16;
 }
 
-// Splits of a paged cache start on a multiple of a stream's 16 keys, so that
-// where pages hold a multiple of 16 keys a block's stages take their keys as
-// whole groups of 16 rows of one page (decode_mma_kernel.cuh: page_groups).
-int decode_split_keys_multiple(const Problem& p) {
-  return p.page_size > 0 ? kDecodeMmaKeysPerStream : 1;
-}
-
 }  // namespace
+
+int decode_split_keys_multiple(const Problem& p) {
+  return p.page_size > 0 || p.has_seq_lens_k ? kDecodeMmaKeysPerStream : 1;
+}
 
 void decode_configure(const Problem& p, Plan& plan) {
   const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);

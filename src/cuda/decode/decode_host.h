@@ -32,6 +32,14 @@ struct DecodeGrid {
 // (Dv + 2) floats when splits > 1 and do not merge in a cluster).
 void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid& grid);
 
+// The generic kernels' splits start on a multiple of this many keys: of a
+// stream's 16 where the cache is paged, so that where pages hold a multiple
+// of 16 keys a block's stages take their keys as whole groups of 16 rows of
+// one page (decode_mma_kernel.cuh: page_groups); and so where a dense cache
+// has per-sequence lengths, whose plan is then the paged twin's (the same
+// splits, so the same bits).
+int decode_split_keys_multiple(const Problem& problem);
+
 // The kernels' parameters for one call of a planned decode problem, with
 // rows_per_block packed rows per block and splits of a multiple of
 // split_keys_multiple keys from a multiple of it (DecodeGrid's: the MLA
