@@ -43,8 +43,9 @@ namespace decode_kernel {
 // paged loads spilled at 576/512):
 // - Rows: dense rows a constant stride apart, each 16-byte chunk by a
 //   cp.async (cp.async pieces where rows are not 16-byte aligned);
-// - Paged: rows through the block table (a paged cache), each row's address
-//   looked up;
+// - Paged: rows through the block table (a paged cache): a stream's 16 rows
+//   of one page as a dense tile's after one lookup (page_groups), else each
+//   row's address looked up;
 // - Packed: dense rows not 16-byte aligned but contiguous (the row stride
 //   is the head dim: a stage's rows are one span) in tensors whose base is
 //   16-byte aligned: the span's 16-byte blocks (span_blocks) kept as they
@@ -163,11 +164,12 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(rows) + int64_t{key0} * row_bytes) &
                                  15);
   };
-  // A paged stage's keys lie in groups of 16 rows of one page each where
-  // pages hold a multiple of 16 keys and the block's first key is a multiple
-  // of 16 (a window's need not be), rows 16-byte aligned.
+  // A paged stage's streams each take 16 rows of one page where pages hold a
+  // multiple of 16 keys and the block's first key is a multiple of 16 (the
+  // splits are: decode_split_keys_multiple; a window's first block need not
+  // be), rows 16-byte aligned.
   const bool page_groups =
-      kPaged && p.kv.page_size % 16 == 0 && key_begin % 16 == 0 && p.copy_bytes >= 16;
+      kPaged && p.kv.page_size % kKeys == 0 && key_begin % kKeys == 0 && p.copy_bytes >= 16;
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
@@ -197,11 +199,11 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     if constexpr (kPaged) {  // each key's row through the block table
       const T* k = static_cast<const T*>(p.k);
       const T* v = static_cast<const T*>(p.v);
-      if (page_groups) {  // a page lookup per 16 keys, by lane g of every warp for keys 16g..
+      if (page_groups) {  // one lookup per stream's 16 keys: lane g of every warp, keys 16g..
         const T* k_first = k;
         const T* v_first = v;
-        const int g = fresh_thread_index() % 32, key = key0 + 16 * g;
-        if (g < kStageKeys / 16 && key < key_end) {
+        const int g = fresh_thread_index() % 32, key = key0 + kKeys * g;
+        if (g < kStreams && key < key_end) {
           const PageSlot slot = page_slot(p.kv, key);
           const int64_t page = page_of(p.kv, blk.batch, slot.column);
           k_first = k + row_offset(p.k_strides, page, blk.kv_head, slot.row);
