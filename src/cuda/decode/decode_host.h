@@ -32,12 +32,12 @@ struct DecodeGrid {
 // (Dv + 2) floats when splits > 1 and do not merge in a cluster).
 void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid& grid);
 
-// The generic kernels' splits start on a multiple of this many keys: of a
+// The generic kernels' splits start on a multiple of this many keys: a
 // stream's 16 where the cache is paged, so that where pages hold a multiple
 // of 16 keys a block's stages take their keys as whole groups of 16 rows of
-// one page (decode_mma_kernel.cuh: page_groups); and so where a dense cache
-// has per-sequence lengths, whose plan is then the paged twin's (the same
-// splits, so the same bits).
+// one page (decode_mma_kernel.cuh: page_groups); the same where a dense cache
+// has per-sequence lengths, so that it splits as its paged twin does (the
+// same bits); else 1.
 int decode_split_keys_multiple(const Problem& problem);
 
 // The kernels' parameters for one call of a planned decode problem, with
