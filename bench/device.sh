@@ -272,8 +272,9 @@ ab_decode_run() {
     cut -c1-200 | tee -a "$SUMMARY"
 }
 
-# paged_bench.py --fsdpa-only (dense, dense + lengths, pages of 16 and 64)
-# of variant $1, repetition $2, on rows $3.
+# paged_bench.py --fsdpa-only (its fsdpa columns: dense, dense + lengths,
+# dense BSHD + lengths, pages of 16 and 64, page 16 in order) of variant $1,
+# repetition $2, on rows $3.
 ab_paged_run() {
   FSDPA_LIBRARY=$(ab_lib "$1") PYTHONUNBUFFERED=1 timeout "$(limit ${AB_TIMEOUT:-90})" \
     python3 "$(ab_root "$1")/bench/paged_bench.py" --rows "$3" --fsdpa-only \

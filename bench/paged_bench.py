@@ -144,42 +144,33 @@ def bench_row(row, ceiling, args, generator):
             entry.update(kernel=info.kernel, splits=int(info.num_kv_splits))
         result[label] = entry
 
-    kwargs = dict(causal=causal, policy="fused")
-    out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
-    dense = fsdpa.prepare(q, k, v, out=out, seq_lens_k=seq_lens if ragged else None, **kwargs)
-    ms, how = timed([dense])
-    dense()
-    record("dense", ms, how, out, dense.info)
-    if not ragged:
+    def run_fsdpa(label, k_in, v_in, **call):
+        """Times fsdpa on these keys (causal for Lq > 1, fused) and records it."""
         out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
-        dense_lens = fsdpa.prepare(q, k, v, out=out, seq_lens_k=seq_lens, **kwargs)
-        ms, how = timed([dense_lens])
-        dense_lens()
-        record("dense_lens", ms, how, out, dense_lens.info)
+        prepared = fsdpa.prepare(q, k_in, v_in, out=out, causal=causal, policy="fused", **call)
+        ms, how = timed([prepared])
+        prepared()
+        record(label, ms, how, out, prepared.info)
+        return ms
+
+    run_fsdpa("dense", k, v, seq_lens_k=seq_lens if ragged else None)
+    if not ragged:
+        run_fsdpa("dense_lens", k, v, seq_lens_k=seq_lens)
     # The same keys stored [B, Lk, Hkv, D]: a page's own layout (a kv head's
     # rows Hkv x D apart) without the pages, so paged over this is the block
     # table's cost alone and this over dense + lens the layout's.
     k_bshd = k.transpose(1, 2).contiguous().transpose(1, 2)
     v_bshd = k_bshd[..., :dv] if alias else v.transpose(1, 2).contiguous().transpose(1, 2)
-    out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
-    dense_bshd = fsdpa.prepare(q, k_bshd, v_bshd, out=out, seq_lens_k=seq_lens, **kwargs)
-    ms, how = timed([dense_bshd])
-    dense_bshd()
-    record("dense_bshd", ms, how, out, dense_bshd.info)
+    run_fsdpa("dense_bshd", k_bshd, v_bshd, seq_lens_k=seq_lens)
     del k_bshd, v_bshd
     # Page 16 also with the pages in the pool's order: paged over that is the
     # cost of the table's scatter (pages anywhere in the pool) alone.
     for page, shuffled in [(p, True) for p in PAGES] + [(PAGES[0], False)]:
         k_pages, v_pages, table = paged_copy(k, None if alias else v, lens, page, generator,
                                              shuffled)
-        vp = k_pages[..., :dv] if alias else v_pages
-        out = torch.empty(B, Hq, Lq, dv, dtype=torch.bfloat16, device="cuda")
-        paged = fsdpa.prepare(q, k_pages, vp, out=out, block_table=table, seq_lens_k=seq_lens,
-                              **kwargs)
-        ms, how = timed([paged])
-        paged()
         label = f"paged{page}" if shuffled else f"paged{page}_in_order"
-        record(label, ms, how, out, paged.info)
+        ms = run_fsdpa(label, k_pages, k_pages[..., :dv] if alias else v_pages,
+                       block_table=table, seq_lens_k=seq_lens)
         if shuffled:
             result[label]["over_dense"] = ms / result["dense"]["ms"]
             result[label]["over_dense_lens"] = ms / result.get("dense_lens", result["dense"])["ms"]
@@ -215,7 +206,7 @@ def bench_row(row, ceiling, args, generator):
 
 
 def markdown(results, ceiling, command):
-    lines = [f"# Paged and ragged decode on the H200 (bf16)", "",
+    lines = ["# Paged and ragged decode on the H200 (bf16)", "",
              f"Command: `{command}`  ", f"Read ceiling measured in the run: {ceiling:.2f} TB/s. "
              "Times: CUDA-graph median per call. bound = 6 us + unique K/V bytes / (0.9 x ceiling).",
              "Paged columns: time (over dense; over the dense cache with seq_lens_k, whose "

@@ -187,6 +187,22 @@ __device__ __forceinline__ void cp_async_tile(T* shared, const T* global, int64_
   }
 }
 
+// The thread layout of the copies that copy a tile of kRows rows x kCols
+// elements in passes (cp_async_tile_rows and its narrow, gathered and
+// grouped kin): each thread keeps one 16-byte chunk column of a row and
+// steps kRowsPerPass rows a pass; rows are kStride elements apart in shared
+// memory.
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+struct TileRowPasses {
+  static constexpr int kElementsPerChunk = 16 / static_cast<int>(sizeof(T));
+  static_assert(kCols % kElementsPerChunk == 0, "16-byte chunks");
+  static constexpr int kChunksPerRow = kCols / kElementsPerChunk;
+  static constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  static constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
+};
+
 // cp_async_tile for a tile that a loop copies again and again (a key
 // stage), at a fraction of its instructions: ~5 a chunk against ~50
 // (cp_async_tile works out row, column, bounds and both addresses for every
@@ -200,12 +216,11 @@ template <int kRows, int kCols, int kStride, int kThreads, typename T>
 __device__ __forceinline__ void cp_async_tile_rows(uint32_t shared, const T* global,
                                                    int64_t row_stride, int row0, int num_rows,
                                                    int num_cols) {
-  static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
-  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  static_assert(sizeof(T) == 2, "16-byte chunks of 16-bit elements");
+  using Passes = TileRowPasses<kRows, kCols, kStride, kThreads, T>;
+  constexpr int kChunksPerRow = Passes::kChunksPerRow, kRowsPerPass = Passes::kRowsPerPass;
+  constexpr int kPasses = Passes::kPasses;
+  constexpr uint32_t kPassBytes = Passes::kPassBytes;
   const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
   const int col = static_cast<int>(threadIdx.x) % kChunksPerRow * 8;
   const int remaining = num_cols - col;
@@ -243,12 +258,10 @@ template <int kRows, int kCols, int kStride, int kThreads, typename T>
 __device__ __forceinline__ void copy_tile_rows_narrow(uint32_t shared, const T* global,
                                                       int64_t row_stride, int row0, int num_rows,
                                                       int num_cols, int alignment) {
-  constexpr int kElementsPerChunk = 16 / static_cast<int>(sizeof(T));
-  static_assert(kCols % kElementsPerChunk == 0, "16-byte chunks");
-  constexpr int kChunksPerRow = kCols / kElementsPerChunk;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
-  static_assert(kRowsPerPass >= 1, "a pass covers at least one row");
+  using Passes = TileRowPasses<kRows, kCols, kStride, kThreads, T>;
+  constexpr int kElementsPerChunk = Passes::kElementsPerChunk;
+  constexpr int kChunksPerRow = Passes::kChunksPerRow, kRowsPerPass = Passes::kRowsPerPass;
+  constexpr uint32_t kPassBytes = Passes::kPassBytes;
   const int row = static_cast<int>(threadIdx.x) / kChunksPerRow;
   const int col = static_cast<int>(threadIdx.x) % kChunksPerRow * kElementsPerChunk;
   const int remaining = num_cols - col;
@@ -281,13 +294,12 @@ template <int kRows, int kCols, int kStride, int kThreads, typename T, typename 
 __device__ __forceinline__ void copy_tile_rows_gather(uint32_t shared, const Rows& rows,
                                                       const T* any, int row0, int num_rows,
                                                       int num_cols, int alignment) {
-  constexpr int kElementsPerChunk = 16 / static_cast<int>(sizeof(T));
-  static_assert(kCols % kElementsPerChunk == 0, "16-byte chunks");
-  constexpr int kChunksPerRow = kCols / kElementsPerChunk;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
-  static_assert(kRowsPerPass >= 1 && kThreads % 32 == 0, "a pass covers at least one row");
+  using Passes = TileRowPasses<kRows, kCols, kStride, kThreads, T>;
+  constexpr int kElementsPerChunk = Passes::kElementsPerChunk;
+  constexpr int kChunksPerRow = Passes::kChunksPerRow, kRowsPerPass = Passes::kRowsPerPass;
+  constexpr int kPasses = Passes::kPasses;
+  constexpr uint32_t kPassBytes = Passes::kPassBytes;
+  static_assert(kThreads % 32 == 0, "whole warps (the shuffles)");
   // The thread index read where it is used (the 320 bucket's decode kernel
   // spilled with it hoisted).
   const int thread = fresh_thread_index();
@@ -339,13 +351,13 @@ template <int kRows, int kCols, int kStride, int kThreads, typename T>
 __device__ __forceinline__ void cp_async_tile_row_groups(uint32_t shared, const T* group_first,
                                                          const T* any, int64_t row_stride, int row0,
                                                          int num_rows, int num_cols) {
-  static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
+  static_assert(sizeof(T) == 2, "16-byte chunks of 16-bit elements");
   static_assert(kRows % 16 == 0 && kRows / 16 <= 32, "a warp's lanes hold the groups");
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
-  constexpr int kPasses = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
-  static_assert(kRowsPerPass >= 1 && kThreads % 32 == 0, "a pass covers at least one row");
+  using Passes = TileRowPasses<kRows, kCols, kStride, kThreads, T>;
+  constexpr int kChunksPerRow = Passes::kChunksPerRow, kRowsPerPass = Passes::kRowsPerPass;
+  constexpr int kPasses = Passes::kPasses;
+  constexpr uint32_t kPassBytes = Passes::kPassBytes;
+  static_assert(kThreads % 32 == 0, "whole warps (the shuffles)");
   const int thread = fresh_thread_index();
   const int row = thread / kChunksPerRow;
   const int col = thread % kChunksPerRow * 8;
