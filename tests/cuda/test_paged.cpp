@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/paged_case.h"
+#include "cuda/common/device.h"
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_config.h"
 
@@ -299,6 +300,26 @@ TEST(PagedDecode, PageSizes) {
     c.dqk = c.dv = 128;
     c.page_size = page, c.max_pages = std::max<int64_t>(1, 1200 / page);
     run_case(c, 0);
+  }
+}
+
+// Pages of a multiple of 16 rows on sm_90 arrive as TMA boxes (where the
+// bucket's rows fit a box), others by the row gather; the plan says which.
+TEST(PagedDecode, PlanNamesTheLoads) {
+  if (!detail::cuda::decode_bucket_compiled(128, 128))
+    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
+  const bool sm90 = detail::cuda::device_info(0).compute_capability >= 90;
+  for (int64_t page : {1, 16, 48, 64}) {
+    PagedCase c = base();
+    c.dqk = c.dv = 128;
+    c.page_size = page, c.max_pages = std::max<int64_t>(1, 1200 / page);
+    Rng rng(base_seed() ^ uint64_t(page));
+    PagedData d = make_paged(c, rng);
+    DeviceCopy device(d);
+    const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
+    const bool boxes = sm90 && page % 16 == 0;
+    EXPECT_EQ(plan.loads.rfind("TMA boxes of 16 rows of a page", 0) == 0, boxes)
+        << "page " << page << ": " << plan.loads;
   }
 }
 

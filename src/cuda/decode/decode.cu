@@ -170,7 +170,8 @@ Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_bloc
   const size_t need =
       p.dtype == DType::F32
           ? decode_smem_layout(4, bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k).total
-          : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k);
+          : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k,
+                                  p.page_size > 0);
   return fits_shared_memory("the decode kernel of bucket " + std::to_string(bucket->head_dim_qk) +
                                 "/" + std::to_string(bucket->head_dim_v) + " (" +
                                 to_string(p.dtype) + ")",
@@ -310,6 +311,14 @@ void decode_configure(const Problem& p, Plan& plan) {
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
+  // The launch's page_boxes_fit decides with the tensors' own addresses.
+  if (p.page_size > 0 && p.page_size % kDecodeMmaKeysPerStream == 0 && p.dtype != DType::F32 &&
+      p.row_alignment >= 16 && compute_capability >= 90 &&
+      decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
+    plan.loads =
+        "TMA boxes of 16 rows of a page where k's and v's bases and strides are 16-byte "
+        "aligned, else " +
+        plan.loads;
 }
 
 DecodeParams make_decode_params(const Plan& plan, const Tensors& t, void* workspace,

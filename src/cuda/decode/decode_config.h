@@ -199,26 +199,31 @@ constexpr int decode_mma_row(int dim) { return dim + 8; }
 constexpr bool decode_mma_split_qk(int streams) { return kDecodeMmaWarps / streams >= 4; }
 
 struct DecodeMmaSmem {
-  size_t q, stats, exchange, stage, stages, total;
+  size_t q, stats, exchange, ring, stage, stages, total;
 };
 
 // Layout: q [16][Dqk+8] (16-bit), stream stats [streams][16] float2, the
 // partial-score exchange of warps that share a stream ([warps][32 lanes][8]
 // f32, when they split Q.K), then the stage ring, which the cross-stream merge
 // [streams][16][Dv] f32 reuses at the end. With v aliasing k (MLA) a stage
-// holds the K rows only.
-constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams,
-                                        bool v_aliases_k) {
+// holds the K rows only. `boxes` (the paged kernel of a bucket whose stages
+// may arrive as TMA boxes: decode_mma_page_boxes): the ring and every stage
+// start on a multiple of 1024 bytes, the 128-byte swizzle's period
+// (`ring` is the ring's offset; dynamic shared memory starts on one).
+constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams, bool v_aliases_k,
+                                        bool boxes = false) {
+  auto pad = [boxes](size_t bytes) { return boxes ? (bytes + 1023) / 1024 * 1024 : bytes; };
   DecodeMmaSmem l{};
   l.q = size_t(kDecodeMmaRows) * decode_mma_row(dqk) * 2;
   l.stats = size_t(streams) * kDecodeMmaRows * 8;
   l.exchange = decode_mma_split_qk(streams) ? size_t(kDecodeMmaWarps) * 32 * 8 * 4 : 0;
-  l.stage = size_t(streams) * kDecodeMmaKeysPerStream *
-            (decode_mma_row(dqk) + (v_aliases_k ? 0 : decode_mma_row(dv))) * 2;
+  l.ring = pad(l.q + l.stats + l.exchange);
+  l.stage = pad(size_t(streams) * kDecodeMmaKeysPerStream *
+                (decode_mma_row(dqk) + (v_aliases_k ? 0 : decode_mma_row(dv))) * 2);
   const size_t ring = l.stage * stages;
   const size_t merge = size_t(streams) * kDecodeMmaRows * dv * 4;
   l.stages = ring > merge ? ring : merge;
-  l.total = l.q + l.stats + l.exchange + l.stages;
+  l.total = l.ring + l.stages;
   return l;
 }
 
@@ -272,9 +277,32 @@ constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
   return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks};
 }
 
-constexpr size_t decode_mma_smem_bytes(int dqk, int dv, bool v_aliases_k) {
+// TMA boxes a stage of a paged cache takes: one per 64-column panel of a
+// stream's 16 K rows and of its V rows (DecodeParams::page_boxes).
+constexpr int decode_mma_page_box_count(int dqk, int dv) {
+  return decode_mma_config(dqk, dv).streams * (dqk / 64 + dv / 64);
+}
+
+// Whether the tensor-core split kernel's paged variant may read a stage as
+// TMA boxes of 16 page rows (on sm_90, where DecodeParams::page_boxes is
+// set): buckets of whole 64-column panels (the boxes' 128-byte swizzle)
+// whose warps each take whole panels of Dv, at most one box per lane of the
+// warp that issues a stream's, and the 1024-byte aligned layout within the
+// tiling's shared memory (so that the occupancy does not change).
+constexpr bool decode_mma_page_boxes(int dqk, int dv) {
   const DecodeMmaConfig c = decode_mma_config(dqk, dv);
-  return decode_mma_smem(dqk, dv, c.stages, c.streams, v_aliases_k).total;
+  return dqk % 64 == 0 && dv % 64 == 0 && dv / c.dv_parts % 64 == 0 && dqk / 64 + dv / 64 <= 32 &&
+         decode_mma_smem(dqk, dv, c.stages, c.streams, decode_mma_tiled_for_alias(dqk, dv), true)
+                 .total <= (c.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes);
+}
+
+// `paged`: the paged variant, whose layout is the boxes' where the bucket
+// takes them.
+constexpr size_t decode_mma_smem_bytes(int dqk, int dv, bool v_aliases_k, bool paged = false) {
+  const DecodeMmaConfig c = decode_mma_config(dqk, dv);
+  return decode_mma_smem(dqk, dv, c.stages, c.streams, v_aliases_k,
+                         paged && decode_mma_page_boxes(dqk, dv))
+      .total;
 }
 
 // The resident blocks per SM the kernel's launch bounds promise ptxas for

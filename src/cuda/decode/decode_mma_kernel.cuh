@@ -30,6 +30,8 @@
 #include "cuda/common/mma.cuh"
 #include "cuda/common/pipeline.cuh"
 #include "cuda/common/softmax.cuh"
+#include "cuda/common/tma.cuh"
+#include "cuda/common/tma.h"
 #include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_launch.h"
@@ -45,7 +47,11 @@ namespace decode_kernel {
 //   cp.async (cp.async pieces where rows are not 16-byte aligned);
 // - Paged: rows through the block table (a paged cache): a stream's 16 rows
 //   of one page as a dense tile's after one lookup (page_groups), else each
-//   row's address looked up;
+//   row's address looked up. On sm_90, where DecodeParams::page_boxes is
+//   set, a page group arrives as TMA boxes of 64 columns in the 128-byte
+//   swizzle instead (the warps that compute then issue no copies: the
+//   first warp of each stream looks its group up and issues its boxes; the
+//   fragments are read through the swizzle);
 // - Packed: dense rows not 16-byte aligned but contiguous (the row stride
 //   is the head dim: a stage's rows are one span) in tensors whose base is
 //   16-byte aligned: the span's 16-byte blocks (span_blocks) kept as they
@@ -62,6 +68,13 @@ namespace decode_kernel {
 // calls without one 2-3%).
 enum class KvLoad { Rows, Paged, Packed };
 
+// The tensor maps of a paged cache's K and V pools in boxes of 16 page rows
+// x 64 columns (make_swizzle128_map), read where DecodeParams::page_boxes is
+// set; empty otherwise.
+struct DecodeKvMaps {
+  TileMap k, v;
+};
+
 #ifdef __CUDA_ARCH__
 inline constexpr int kDecodeMmaArch = __CUDA_ARCH__;
 #else
@@ -71,10 +84,16 @@ inline constexpr int kDecodeMmaArch = 900;  // the host pass: launch bounds unus
 template <typename T, int DQK, int DV, KvLoad kLoad, bool kList>
 __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                   decode_mma_launch_blocks(DQK, DV, kDecodeMmaArch))
-    decode_mma_kernel(const DecodeParams p) {
+    decode_mma_kernel(const DecodeParams p, const __grid_constant__ DecodeKvMaps maps) {
   constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
   constexpr bool kPaged = kLoad == KvLoad::Paged, kPacked = kLoad == KvLoad::Packed;
   constexpr bool kBulkSpans = kPacked && kDecodeMmaArch >= 900;
+  // The paged variant's layout where its bucket takes boxes (host and device
+  // alike: decode_mma_smem_bytes), and whether this binary reads them.
+  constexpr bool kBoxLayout = kPaged && decode_mma_page_boxes(DQK, DV);
+  constexpr bool kPageBoxes = kBoxLayout && kDecodeMmaArch >= 900;
+  // Stages that complete on the barriers of `full` (bulk or tensor copies).
+  constexpr bool kStageBarriers = kBulkSpans || kPageBoxes;
   constexpr int kRows = kDecodeMmaRows;
   constexpr int kThreads = kDecodeMmaWarps * 32;
   constexpr int kKeys = kDecodeMmaKeysPerStream;  // per stream and stage
@@ -90,7 +109,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   constexpr int kKStepsPerShare = (kKSteps + kQkShares - 1) / kQkShares;
   constexpr int kRowK = decode_mma_row(DQK), kRowV = decode_mma_row(DV), kRowQ = kRowK;
   constexpr DecodeMmaSmem kSmem =
-      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false);
+      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false, kBoxLayout);
+  constexpr DecodeMmaSmem kAliasedSmem =
+      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/true, kBoxLayout);
   static_assert(DQK % 16 == 0 && kDvPart % 16 == 0 && kKeys == 16);
   static_assert(
       decode_mma_smem(DQK, DV, kStages, kStreams, decode_mma_tiled_for_alias(DQK, DV)).total <=
@@ -101,7 +122,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   T* q_s = reinterpret_cast<T*>(smem);
   float2* stats_s = reinterpret_cast<float2*>(smem + kSmem.q);
   float* exchange_s = reinterpret_cast<float*>(smem + kSmem.q + kSmem.stats);  // [warps][32][8]
-  T* ring_s = reinterpret_cast<T*>(smem + kSmem.q + kSmem.stats + kSmem.exchange);
+  T* ring_s = reinterpret_cast<T*>(smem + kSmem.ring);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane / 4, quad = lane % 4;
@@ -112,6 +133,15 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
 
   const BlockKeys keys = block_keys(p, blk);
   const int key_begin = keys.begin, key_end = keys.end;
+  // A paged stage's streams each take 16 rows of one page where pages hold a
+  // multiple of 16 keys and the block's first key is a multiple of 16 (the
+  // splits are: decode_split_keys_multiple; a window's first block need not
+  // be), rows 16-byte aligned. On sm_90 they arrive as boxes where the
+  // launch set page_boxes and the ring starts on a 1024-byte boundary.
+  const bool page_groups =
+      kPaged && p.kv.page_size % kKeys == 0 && key_begin % kKeys == 0 && p.copy_bytes >= 16;
+  const bool boxes =
+      kPageBoxes && page_groups && p.page_boxes != 0 && (shared_address(ring_s) & 1023u) == 0;
   const int num_tiles =
       key_end > key_begin ? (key_end - key_begin + kStageKeys - 1) / kStageKeys : 0;
   const bool has_mask = p.semantics.mask_kind != 0;
@@ -120,7 +150,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int64_t mask_row[2] = {row_mask_offset(p, blk, group), row_mask_offset(p, blk, group + 8)};
 
   const bool v_aliases_k = p.v_aliases_k != 0;
-  const int stage_elems = kStageKeys * (kRowK + (v_aliases_k ? 0 : kRowV));
+  const int stage_elems =
+      static_cast<int>((v_aliases_k ? kAliasedSmem.stage : kSmem.stage) / sizeof(T));
   const int row_v = v_aliases_k ? kRowK : kRowV;
   const T* k_rows =
       static_cast<const T*>(p.k) + blk.batch * p.k_strides.outer + blk.kv_head * p.k_strides.head;
@@ -131,27 +162,35 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // and the V tail only feeds O columns that are never stored. Copies of
   // head-dim tails cost as much as full ones (72 in the 128 bucket ran as
   // slowly as 128: bench/NOTES.md, decode round 6). Packed stages have no
-  // tail columns: their K fragments zero the columns past Dqk instead.
-  for (int idx = tid; !kPacked && idx < kStages * kStageKeys * (DQK / 8); idx += kThreads) {
+  // tail columns: their K fragments zero the columns past Dqk instead; boxes
+  // bring them as zeros (past the map's columns).
+  for (int idx = tid; !kPacked && !boxes && idx < kStages * kStageKeys * (DQK / 8);
+       idx += kThreads) {
     const int row = idx / (DQK / 8), col = idx % (DQK / 8) * 8;
     if (col >= p.head_dim_qk)
       *reinterpret_cast<uint4*>(ring_s + row / kStageKeys * stage_elems + row % kStageKeys * kRowK +
                                 col) = make_uint4(0, 0, 0, 0);
   }
   const uint32_t ring = shared_address(ring_s);
-  // kBulkSpans: a stage's bulk copies complete on its barrier of `full`, in
-  // the stream stats' memory (used only after the key loop).
+  // kStageBarriers: a stage's bulk or tensor copies complete on its barrier
+  // of `full`, in the stream stats' memory (used only after the key loop).
   const StageBarriers<kStages> full(shared_address(stats_s));
-  static_assert(!kBulkSpans || kSmem.stats >= StageBarriers<kStages>::kBytes);
-  if constexpr (kBulkSpans) {
+  static_assert(!kStageBarriers || kSmem.stats >= StageBarriers<kStages>::kBytes);
+  if constexpr (kStageBarriers) {
+    // One arrival a stage: thread 0's (bulk spans), or each stream's
+    // issuer's (boxes).
     if (tid == 0) {
-      full.init(1);
+      full.init(kPageBoxes ? kStreams : 1);
       barrier_init_fence();  // the others wait on them after the key loop's first block barrier
     }
     // Thread 0 arms them in the prologue: ordered after the inits in its own
     // program, but ptxas issues the inits for the whole warp, which
-    // racecheck then counts as another lane's writes.
-    __syncwarp();
+    // racecheck then counts as another lane's writes. Other warps issue
+    // boxes: they need the block barrier.
+    if (boxes)
+      __syncthreads();
+    else
+      __syncwarp();
   }
   // A packed stage: the span of its keys' K (V) rows lands at the start of
   // the stage's K (V) region plus the span's offset in its 16-byte block
@@ -164,12 +203,17 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     return static_cast<uint32_t>((reinterpret_cast<uintptr_t>(rows) + int64_t{key0} * row_bytes) &
                                  15);
   };
-  // A paged stage's streams each take 16 rows of one page where pages hold a
-  // multiple of 16 keys and the block's first key is a multiple of 16 (the
-  // splits are: decode_split_keys_multiple; a window's first block need not
-  // be), rows 16-byte aligned.
-  const bool page_groups =
-      kPaged && p.kv.page_size % kKeys == 0 && key_begin % kKeys == 0 && p.copy_bytes >= 16;
+  // Boxes: a stage holds one box per 64-column panel of each stream's K rows
+  // and V rows, each 16 rows x 128 bytes in the 128-byte swizzle (chunk c of
+  // row r at r * 128 + ((c ^ r) mod 8) * 16): the streams' K panels, stream
+  // after stream, then their V panels. Lane j of each stream's first warp
+  // issues the stream's panel j, K's first.
+  constexpr int kKPanels = DQK / 64, kVPanels = DV / 64;
+  constexpr uint32_t kPanelBytes = kKeys * 128;
+  auto box_panel = [&](bool k_panel, int panel) {
+    return static_cast<uint32_t>(k_panel ? stream * kKPanels + panel
+                                         : kStreams * kKPanels + stream * kVPanels + panel);
+  };
   auto load_stage = [&](int tile) {
     const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
@@ -197,6 +241,38 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       return;
     }
     if constexpr (kPaged) {  // each key's row through the block table
+      if constexpr (kPageBoxes) {
+        if (boxes) {
+          // The stream's panel `lane` of its K rows, then of its V rows (the
+          // stage's layout: box_panels), from the page of its first key; a
+          // stream past the block's keys takes a row past the page's (its
+          // boxes land as zeros, reading nothing).
+          if (part == 0 && lane < kKPanels + (v_aliases_k ? 0 : kVPanels)) {
+            const int key = key0 + stream * kKeys;
+            int page = 0, row = static_cast<int>(p.kv.page_size);
+            if (key < key_end) {
+              const PageSlot slot = page_slot(p.kv, key);
+              page = static_cast<int>(page_of(p.kv, blk.batch, slot.column));
+              row = static_cast<int>(slot.row);
+            }
+            const uint32_t barrier = full.at(tile);
+            fence_async_shared();  // after the reads of the stage's last use (the loop's barrier)
+            if (lane == 0)
+              barrier_expect_bytes(barrier,
+                                   kPanelBytes * (kKPanels + (v_aliases_k ? 0 : kVPanels)));
+            const bool k_panel = lane < kKPanels;
+            const int panel = k_panel ? lane : lane - kKPanels;
+            // The fields by value (a reference to either map's struct put
+            // both in a stack frame: bench/NOTES.md, session 27).
+            const int head_step = k_panel ? maps.k.head_step : maps.v.head_step;
+            const int page_step = k_panel ? maps.k.batch_step : maps.v.batch_step;
+            tma_load_4d(k_dst + box_panel(k_panel, panel) * kPanelBytes,
+                        k_panel ? &maps.k.map : &maps.v.map, barrier, panel * 64, row,
+                        blk.kv_head * head_step, page * page_step);
+          }
+          return;
+        }
+      }
       const T* k = static_cast<const T*>(p.k);
       const T* v = static_cast<const T*>(p.v);
       if (page_groups) {  // one lookup per stream's 16 keys: lane g of every warp, keys 16g..
@@ -318,7 +394,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     // stage's are issued (so that kStages stages are in flight, not
     // kStages - 1), and after the block barrier, which also publishes
     // thread 0's barrier_init to the others before their first wait.
-    if constexpr (kBulkSpans) full.wait(it);
+    if (kBulkSpans || boxes) full.wait(it);
     const T* stage_k = ring_s + (it % kStages) * stage_elems + stream * kKeys * kRowK;
     const T* stage_v = v_aliases_k ? stage_k
                                    : ring_s + (it % kStages) * stage_elems + kStageKeys * kRowK +
@@ -329,6 +405,19 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     // group, bytes 4 quad on) and of its V rows (rows 2 quad, columns
     // 2 group and 2 group + 1 of its part).
     uint32_t k_packed = 0, v_packed = 0;
+    // Boxes: this lane's ldmatrix row of the K (V) fragment in the stream's
+    // panels, with the part of its chunk that does not change over the
+    // k-steps (n2 steps) folded in: k_line (v_line) XOR 16 x the step's
+    // chunk, plus its panel, is the row's address.
+    uint32_t k_line = 0, v_line = 0;
+    if (boxes) {
+      const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
+      const int r = lane % 8;
+      k_line = stage + box_panel(true, 0) * kPanelBytes + ((lane % 8) + (lane / 16) * 8) * 128 +
+               ((((lane / 8) % 2) ^ r) << 4);
+      v_line = stage + (v_aliases_k ? box_panel(true, 0) : box_panel(false, 0)) * kPanelBytes +
+               part * (kDvPart / 64) * kPanelBytes + (lane % 16) * 128 + (((lane / 16) ^ r) << 4);
+    }
     if constexpr (kPacked) {
       const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
       k_packed = stage + packed_offset(k_rows, stage_key0, k_row_bytes) +
@@ -368,7 +457,10 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         b[2] = column < p.head_dim_qk ? load_shared_4(at + group8) : 0u;
         b[3] = column + 8 < p.head_dim_qk ? load_shared_4(at + group8 + 16) : 0u;
       } else {
-        ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
+        if (boxes)  // chunk 2 kk + (lane / 8) % 2 of the row
+          ldmatrix_x4(b, (k_line + (kk / 4) * kPanelBytes) ^ ((2 * (kk % 4)) << 4));
+        else
+          ldmatrix_x4(b, k_frag + kk * 16 * sizeof(T));
       }
       ldmatrix_x4(a, q_frag + kk * 16 * sizeof(T));
       mma_16x8x16<T>(s[0], a, b[0], b[1]);
@@ -450,6 +542,18 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     a[2] = pack_pair<T>(s[1][0], s[1][1]);
     a[3] = pack_pair<T>(s[1][2], s[1][3]);
     const uint32_t v_frag = shared_address(stage_v + v_frag_elem);
+    // Boxes: the rows of keys at or past key_end hold whatever their page
+    // holds there (the other loads zero them). P is 0 there, but 0 x NaN is
+    // not: those keys' halves of the V fragments are masked off (the
+    // fragments' keys 2 quad, + 1 and 2 quad + 8, + 9).
+    uint32_t v_keep[2] = {~0u, ~0u};
+    if (boxes && key0 + kKeys > key_end) {
+      auto keep = [&](int key) {
+        return (key < key_end ? 0x0000ffffu : 0u) | (key + 1 < key_end ? 0xffff0000u : 0u);
+      };
+      v_keep[0] = keep(key0 + 2 * quad);
+      v_keep[1] = keep(key0 + 8 + 2 * quad);
+    }
 #pragma unroll
     for (int n2 = 0; n2 < kDvPart / 16; ++n2) {
       uint32_t b[4];
@@ -471,7 +575,12 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         b[2] = __byte_perm(w0, w1, 0x7632);  // the high halves: the odd one
         b[3] = __byte_perm(w8, w9, 0x7632);
       } else {
-        ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
+        if (boxes) {  // chunk (part kDvPart + 16 n2) / 8 + lane / 16 of the row
+          ldmatrix_x4_trans(b, (v_line + (n2 / 4) * kPanelBytes) ^ ((2 * (n2 % 4)) << 4));
+          b[0] &= v_keep[0], b[1] &= v_keep[1], b[2] &= v_keep[0], b[3] &= v_keep[1];
+        } else {
+          ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
+        }
       }
       mma_16x8x16<T>(o[2 * n2], a, b[0], b[1]);
       mma_16x8x16<T>(o[2 * n2 + 1], a, b[2], b[3]);
@@ -481,9 +590,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
 
   // ---- the streams' (max, sum) and O into shared memory, then the epilogue
   __syncthreads();  // every warp is done with the ring: the merge reuses it
-  // kBulkSpans: every thread's last wait on the barriers is done; retired,
-  // their memory is the stats' again.
-  if constexpr (kBulkSpans) {
+  // kStageBarriers: every thread's last wait on the barriers is done;
+  // retired, their memory is the stats' again.
+  if constexpr (kStageBarriers) {
     if (tid == 0) full.invalidate();
     __syncthreads();
   }
@@ -534,7 +643,7 @@ int mma_binary_version() {
 // The split kernel for a call: its loads (KvLoad), with a list of splits or
 // without (decode_mma_split_list: the planner plans none at 576/512).
 template <typename T, int DQK, int DV, bool kList>
-void (*mma_kernel_for(KvLoad load))(DecodeParams) {
+void (*mma_kernel_for(KvLoad load))(DecodeParams, DecodeKvMaps) {
   switch (load) {
     case KvLoad::Rows:
       return decode_mma_kernel<T, DQK, DV, KvLoad::Rows, kList>;
@@ -546,7 +655,7 @@ void (*mma_kernel_for(KvLoad load))(DecodeParams) {
   throw Error("fsdpa: internal: decode kernel loads " + std::to_string(static_cast<int>(load)));
 }
 template <typename T, int DQK, int DV>
-void (*mma_kernel_for(const DecodeParams& p))(DecodeParams) {
+void (*mma_kernel_for(const DecodeParams& p))(DecodeParams, DecodeKvMaps) {
   const KvLoad load = p.kv.block_table != nullptr ? KvLoad::Paged
                       : p.packed_kv != 0          ? KvLoad::Packed
                                                   : KvLoad::Rows;
@@ -560,20 +669,51 @@ void (*mma_kernel_for(const DecodeParams& p))(DecodeParams) {
   return mma_kernel_for<T, DQK, DV, false>(load);
 }
 
+// Whether a paged cache's K and V pools can be read in TMA boxes of 16 page
+// rows (DecodeParams::page_boxes, for a bucket where decode_mma_page_boxes
+// holds): pages of a multiple of 16 rows, bases 16-byte aligned, and the
+// row, head and page strides multiples of 8 elements (16 bytes) wherever
+// the extent exceeds one.
+inline bool page_boxes_fit(const DecodeParams& p) {
+  if (p.kv.block_table == nullptr || p.kv.num_pages < 1 ||
+      p.kv.page_size % kDecodeMmaKeysPerStream != 0)
+    return false;
+  auto fits = [&](const void* base, const KvStrides& s) {
+    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.col == 1 && s.row % 8 == 0 &&
+           (p.heads_kv <= 1 || s.head % 8 == 0) && (p.kv.num_pages <= 1 || s.outer % 8 == 0);
+  };
+  return fits(p.k, p.k_strides) && (p.v_aliases_k != 0 || fits(p.v, p.v_strides));
+}
+
 template <typename T, int DQK, int DV>
 void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
   const auto kernel = mma_kernel_for<T, DQK, DV>(p);
-  const size_t smem = decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0);
+  const size_t smem =
+      decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0, p.kv.block_table != nullptr);
   const int64_t blocks = decode_grid_blocks(p);
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32,
                                     smem, "decode_mma_kernel");
+  DecodeParams params = p;
+  DecodeKvMaps maps{};
+  if constexpr (decode_mma_page_boxes(DQK, DV)) {
+    if (binary >= 90 && page_boxes_fit(p)) {
+      params.page_boxes = 1;
+      auto map = [&](const void* base, const KvStrides& s, int head_dim) {
+        const int64_t strides[3] = {s.outer, s.head, s.row};
+        return make_swizzle128_map(base, p.kv.num_pages, p.heads_kv, p.kv.page_size, head_dim,
+                                   strides, kDecodeMmaKeysPerStream);
+      };
+      maps.k = map(p.k, p.k_strides, p.head_dim_qk);
+      if (p.v_aliases_k == 0) maps.v = map(p.v, p.v_strides, p.head_dim_v);
+    }
+  }
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   if (merges_in_cluster(p, binary, device_info(device).multiprocessors)) {
-    DecodeParams merged = p;
-    merged.cluster_merge = 1;
+    params.cluster_merge = 1;
     launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), p.num_splits,
-                                 kDecodeMmaWarps * 32, smem, stream, "decode_mma_kernel", merged);
+                                 kDecodeMmaWarps * 32, smem, stream, "decode_mma_kernel", params,
+                                 maps);
     return;
   }
   // A plan whose splits merge in a cluster on its device has no workspace;
@@ -583,7 +723,7 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
                 " splits merged in a cluster on its device ran where they do not merge (is the "
                 "current device the tensors' one?)");
   launch_programmatic(kernel, static_cast<unsigned>(blocks), kDecodeMmaWarps * 32, smem, stream,
-                      "decode_mma_kernel", p);
+                      "decode_mma_kernel", params, maps);
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
 }
 

@@ -23,6 +23,12 @@ struct DecodeParams : AttentionParams {
   // copies each stage's rows as one span (decode_mma_kernel.cuh:
   // KvLoad::Packed).
   int32_t packed_kv = 0;
+  // Set by the launch of the tensor-core kernel on a paged cache: each
+  // stream's 16 keys of a stage arrive as TMA boxes of their page's rows
+  // (decode_mma_kernel.cuh: KvLoad::Paged), where the bucket allows it
+  // (decode_mma_page_boxes), pages hold a multiple of 16 rows, and k's and
+  // v's bases and strides are 16-byte aligned (page_boxes_fit).
+  int32_t page_boxes = 0;
   // Keys [key_begin, key_end) hold every key any row can see (all of
   // [0, len_k) with per-sequence lengths); split s covers
   // [key_begin + s * split keys, ...) of it. The split keys are
