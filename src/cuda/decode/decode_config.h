@@ -277,12 +277,6 @@ constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
   return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks};
 }
 
-// TMA boxes a stage of a paged cache takes: one per 64-column panel of a
-// stream's 16 K rows and of its V rows (DecodeParams::page_boxes).
-constexpr int decode_mma_page_box_count(int dqk, int dv) {
-  return decode_mma_config(dqk, dv).streams * (dqk / 64 + dv / 64);
-}
-
 // Whether the tensor-core split kernel's paged variant may read a stage as
 // TMA boxes of 16 page rows (on sm_90, where DecodeParams::page_boxes is
 // set): buckets of whole 64-column panels (the boxes' 128-byte swizzle)
