@@ -302,18 +302,18 @@ void decode_configure(const Problem& p, Plan& plan) {
           decode_split_keys_multiple(p), cluster_merge, merge_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
+  const bool page_groups = p.page_size > 0 && p.dtype != DType::F32 &&
+                           decode_mma_page_groups(p.page_size, p.row_alignment);
   if (p.page_size > 0)
-    plan.loads +=
-        p.dtype != DType::F32 && p.page_size % kDecodeMmaKeysPerStream == 0 && p.row_alignment >= 16
-            ? "; one block-table lookup per 16 keys (a window's first block: per key)"
-            : "; one block-table lookup per key";
+    plan.loads += page_groups
+                      ? "; one block-table lookup per 16 keys (a window's first block: per key)"
+                      : "; one block-table lookup per key";
   if (packs_narrow_rows(p, p.row_alignment))
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
   // The launch's page_boxes_fit decides with the tensors' own addresses.
-  if (p.page_size > 0 && p.page_size % kDecodeMmaKeysPerStream == 0 && p.dtype != DType::F32 &&
-      p.row_alignment >= 16 && compute_capability >= 90 &&
+  if (page_groups && compute_capability >= 90 &&
       decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
     plan.loads =
         "TMA boxes of 16 rows of a page where k's and v's bases and strides are 16-byte "

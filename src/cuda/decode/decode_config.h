@@ -277,6 +277,16 @@ constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
   return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks};
 }
 
+// Whether a paged cache (page_size > 0) reaches the tensor-core kernel in
+// page groups: each stream's 16 keys of a stage are 16 rows of one page (one
+// block-table lookup for them) where pages hold a multiple of 16 rows and
+// rows are 16-byte aligned; the kernel also needs its block's first key to
+// be a multiple of 16 (decode_mma_kernel.cuh: page_groups). The plan's text
+// and the launch's boxes (page_boxes_fit) follow it.
+constexpr bool decode_mma_page_groups(int64_t page_size, int row_alignment) {
+  return page_size % kDecodeMmaKeysPerStream == 0 && row_alignment >= 16;
+}
+
 // Whether the tensor-core split kernel's paged variant may read a stage as
 // TMA boxes of 16 page rows (on sm_90, where DecodeParams::page_boxes is
 // set): buckets of whole 64-column panels (the boxes' 128-byte swizzle)

@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // be), rows 16-byte aligned. On sm_90 they arrive as boxes where the
   // launch set page_boxes and the ring starts on a 1024-byte boundary.
   const bool page_groups =
-      kPaged && p.kv.page_size % kKeys == 0 && key_begin % kKeys == 0 && p.copy_bytes >= 16;
+      kPaged && decode_mma_page_groups(p.kv.page_size, p.copy_bytes) && key_begin % kKeys == 0;
   const bool boxes =
       kPageBoxes && page_groups && p.page_boxes != 0 && (shared_address(ring_s) & 1023u) == 0;
   const int num_tiles =
@@ -676,7 +676,7 @@ void (*mma_kernel_for(const DecodeParams& p))(DecodeParams, DecodeKvMaps) {
 // the extent exceeds one.
 inline bool page_boxes_fit(const DecodeParams& p) {
   if (p.kv.block_table == nullptr || p.kv.num_pages < 1 ||
-      p.kv.page_size % kDecodeMmaKeysPerStream != 0)
+      !decode_mma_page_groups(p.kv.page_size, p.copy_bytes))
     return false;
   auto fits = [&](const void* base, const KvStrides& s) {
     return reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.col == 1 && s.row % 8 == 0 &&
