@@ -14,7 +14,9 @@
 #include "env_guard.h"
 #include "select/table.h"
 #if FSDPA_WITH_CUDA
+#include "cuda/common/device.h"
 #include "cuda/decode/decode.h"
+#include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_host.h"
 #endif
 
@@ -513,20 +515,33 @@ TEST(CudaDecodePlan, LoadsOfNarrowRows) {
   p.head_dim_qk = p.head_dim_v = 90, p.dtype = DType::BF16;
   p.device = {DeviceType::CUDA, 0};
   p.row_alignment = 4;
-  auto loads = [&](const Problem& problem) {
+  auto configured = [&](const Problem& problem) {
     Plan plan;
     detail::cuda::decode_configure(problem, plan);
-    return plan.loads;
+    return plan;
   };
+  auto loads = [&](const Problem& problem) { return configured(problem).loads; };
   EXPECT_EQ(loads(p),
             "cp.async pieces of 4 bytes; 16-byte cp.async of each stage's span where k's and v's "
             "rows are contiguous from 16-byte aligned bases");
   p.page_size = 16, p.num_pages = 2048;  // a paged pool: its rows are gathered
   EXPECT_EQ(loads(p), "cp.async pieces of 4 bytes; one block-table lookup per key");
-  p.row_alignment = 16;  // pages of a multiple of 16 keys: a lookup per 16 keys (after the
-                         // TMA boxes, where the covering bucket takes them on sm_90)
-  EXPECT_THAT(loads(p), testing::EndsWith("cp.async, 16 bytes; one block-table lookup per 16 keys "
-                                          "(a window's first block: per key)"));
+  p.row_alignment = 16;  // pages of a multiple of 16 keys: a lookup per 16 keys, after the TMA
+                         // boxes where the covering bucket takes them on sm_90 (the plan
+                         // assumes sm_90 without a device)
+  {
+    const Plan plan = configured(p);
+    const bool sm90 =
+        !detail::cuda::has_device(0) || detail::cuda::device_info(0).compute_capability >= 90;
+    const bool boxes = sm90 && detail::cuda::decode_mma_page_boxes(int(plan.head_dim_qk_bucket),
+                                                                   int(plan.head_dim_v_bucket));
+    EXPECT_EQ(plan.loads,
+              std::string(boxes ? "TMA boxes of 16 rows of a page where k's and v's bases and "
+                                  "strides are 16-byte aligned, else "
+                                : "") +
+                  "cp.async, 16 bytes; one block-table lookup per 16 keys (a window's first "
+                  "block: per key)");
+  }
   p.page_size = 24, p.num_pages = 1366;
   EXPECT_EQ(loads(p), "cp.async, 16 bytes; one block-table lookup per key");
   p.page_size = 0, p.num_pages = 0, p.row_alignment = 2;  // odd rows: no 32-bit fragment loads

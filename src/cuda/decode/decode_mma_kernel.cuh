@@ -671,18 +671,12 @@ void (*mma_kernel_for(const DecodeParams& p))(DecodeParams, DecodeKvMaps) {
 
 // Whether a paged cache's K and V pools can be read in TMA boxes of 16 page
 // rows (DecodeParams::page_boxes, for a bucket where decode_mma_page_boxes
-// holds): pages of a multiple of 16 rows, bases 16-byte aligned, and the
-// row, head and page strides multiples of 8 elements (16 bytes) wherever
-// the extent exceeds one.
+// holds): page groups, whose 16-byte rows (copy_bytes: row_alignment) mean
+// 16-byte aligned bases and every stride of an extent past one a multiple of
+// 16 bytes, as the tensor maps need.
 inline bool page_boxes_fit(const DecodeParams& p) {
-  if (p.kv.block_table == nullptr || p.kv.num_pages < 1 ||
-      !decode_mma_page_groups(p.kv.page_size, p.copy_bytes))
-    return false;
-  auto fits = [&](const void* base, const KvStrides& s) {
-    return reinterpret_cast<uintptr_t>(base) % 16 == 0 && s.col == 1 && s.row % 8 == 0 &&
-           (p.heads_kv <= 1 || s.head % 8 == 0) && (p.kv.num_pages <= 1 || s.outer % 8 == 0);
-  };
-  return fits(p.k, p.k_strides) && (p.v_aliases_k != 0 || fits(p.v, p.v_strides));
+  return p.kv.block_table != nullptr && p.kv.num_pages >= 1 &&
+         decode_mma_page_groups(p.kv.page_size, p.copy_bytes);
 }
 
 template <typename T, int DQK, int DV>
