@@ -281,14 +281,14 @@ void decode_configure(const Problem& p, Plan& plan) {
   // is the current one, else an H100/H200-like guess.
   int blocks_per_sm = kAssumedBlocksPerSm;
   int compute_capability = kAssumedComputeCapability;
-  int merge_binary = 0;  // unknown
+  int mma_binary = 0;  // unknown
   if (has_device(p.device.index)) {
     int current = 0;
     FSDPA_CUDA_CHECK(cudaGetDevice(&current));
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
     if (current == p.device.index) {
       blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
-      if (fns.merge_binary_version != nullptr) merge_binary = fns.merge_binary_version();
+      if (fns.mma_binary_version != nullptr) mma_binary = fns.mma_binary_version();
     }
     compute_capability = device_info(p.device.index).compute_capability;
   }
@@ -299,7 +299,7 @@ void decode_configure(const Problem& p, Plan& plan) {
       p, plan,
       DecodeGrid{
           bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm,
-          decode_split_keys_multiple(p), cluster_merge, merge_binary >= 90,
+          decode_split_keys_multiple(p), cluster_merge, mma_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
   const bool page_groups = p.page_size > 0 && p.dtype != DType::F32 &&
@@ -312,9 +312,11 @@ void decode_configure(const Problem& p, Plan& plan) {
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
-  // The launch's page_boxes_fit decides with the tensors' own addresses.
-  if (page_groups && compute_capability >= 90 &&
-      decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
+  // The launch takes the boxes from an sm_90 binary of the tensor-core
+  // kernel (the device's compute capability where that binary is not known)
+  // and decides with the tensors' own addresses (page_boxes_fit).
+  const bool box_binary = mma_binary != 0 ? mma_binary >= 90 : compute_capability >= 90;
+  if (page_groups && box_binary && decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
     plan.loads =
         "TMA boxes of 16 rows of a page where k's and v's bases and strides are 16-byte "
         "aligned, else " +

@@ -15,9 +15,9 @@ struct DecodeBucketFns {
   // many packed rows per kv head, on the current device.
   int (*blocks_per_sm)(int rows_per_kv_head, bool v_aliases_k) = nullptr;
   // The architecture of the split kernel's binary on the current device,
-  // where the kernel can merge splits in clusters (the tensor-core one);
-  // null for the others.
-  int (*merge_binary_version)() = nullptr;
+  // for the tensor-core one (an sm_90 binary merges splits in clusters and
+  // reads page groups as TMA boxes); null for the others.
+  int (*mma_binary_version)() = nullptr;
 };
 
 template <typename T, int DQK, int DV>
