@@ -12,6 +12,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/paged_case.h"
@@ -303,24 +304,29 @@ TEST(PagedDecode, PageSizes) {
   }
 }
 
-// Pages of a multiple of 16 rows on sm_90 arrive as TMA boxes (where the
-// bucket's rows fit a box), others by the row gather; the plan says which.
+// Pages of a multiple of 16 rows on sm_90 arrive as TMA boxes (in every
+// bucket of whole 64-column panels: 128, and 320 for D=288), others by the
+// row gather; the plan says which.
 TEST(PagedDecode, PlanNamesTheLoads) {
-  if (!detail::cuda::decode_bucket_compiled(128, 128))
-    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
   const bool sm90 = detail::cuda::device_info(0).compute_capability >= 90;
-  for (int64_t page : {1, 16, 48, 64}) {
-    PagedCase c = base();
-    c.dqk = c.dv = 128;
-    c.page_size = page, c.max_pages = std::max<int64_t>(1, 1200 / page);
-    Rng rng(base_seed() ^ uint64_t(page));
-    PagedData d = make_paged(c, rng);
-    DeviceCopy device(d);
-    const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
-    const bool boxes = sm90 && page % 16 == 0;
-    EXPECT_EQ(plan.loads.rfind("TMA boxes of 16 rows of a page", 0) == 0, boxes)
-        << "page " << page << ": " << plan.loads;
+  bool ran = false;
+  for (int64_t dim : {128, 288}) {
+    if (!detail::cuda::decode_bucket_compiled(dim, dim)) continue;
+    ran = true;
+    for (int64_t page : {1, 16, 48, 64}) {
+      PagedCase c = base();
+      c.dqk = c.dv = dim;
+      c.page_size = page, c.max_pages = std::max<int64_t>(1, 1200 / page);
+      Rng rng(base_seed() ^ uint64_t(page));
+      PagedData d = make_paged(c, rng);
+      DeviceCopy device(d);
+      const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
+      const bool boxes = sm90 && page % 16 == 0;
+      EXPECT_EQ(plan.loads.rfind("TMA boxes of 16 rows of a page", 0) == 0, boxes)
+          << "D " << dim << ", page " << page << ": " << plan.loads;
+    }
   }
+  if (!ran) GTEST_SKIP() << "buckets 128 and 320 not compiled (FSDPA_HEAD_DIMS)";
 }
 
 TEST(PagedDecode, DtypesAndSplits) {
@@ -386,6 +392,13 @@ TEST(PagedDecode, UnusedRowsContributeNothing) {
     for (int splits : {1, 4}) run_case(c, splits, true);
     c.dtype = DType::F32;
     run_case(c, 0, true);
+  }
+  // Boxes of the buckets whose warps start inside a 64-column panel of V
+  // (192/128: 32 columns a warp; 320: 80), with tail columns in the 320's.
+  for (auto [dqk, dv] : {std::pair<int64_t, int64_t>{192, 128}, {288, 288}}) {
+    PagedCase c = base();
+    c.dqk = dqk, c.dv = dv, c.max_pages = 60;
+    run_case(c, 3, true);
   }
   PagedCase c = base();
   c.paged = false, c.len_q = 2;  // a dense ragged batch

@@ -289,13 +289,14 @@ constexpr bool decode_mma_page_groups(int64_t page_size, int row_alignment) {
 
 // Whether the tensor-core split kernel's paged variant may read a stage as
 // TMA boxes of 16 page rows (on sm_90, where DecodeParams::page_boxes is
-// set): buckets of whole 64-column panels (the boxes' 128-byte swizzle)
-// whose warps each take whole panels of Dv, at most one box per lane of the
-// warp that issues a stream's, and the 1024-byte aligned layout within the
-// tiling's shared memory (so that the occupancy does not change).
+// set): buckets of whole 64-column panels (the boxes' 128-byte swizzle), at
+// most one box per lane of the warp that issues a stream's, and the 1024-byte
+// aligned layout within the tiling's shared memory (so that the occupancy
+// does not change). A warp's columns of Dv may start inside a panel (320: 80
+// columns a warp); its 16-column steps never straddle one.
 constexpr bool decode_mma_page_boxes(int dqk, int dv) {
   const DecodeMmaConfig c = decode_mma_config(dqk, dv);
-  return dqk % 64 == 0 && dv % 64 == 0 && dv / c.dv_parts % 64 == 0 && dqk / 64 + dv / 64 <= 32 &&
+  return dqk % 64 == 0 && dv % 64 == 0 && dqk / 64 + dv / 64 <= 32 &&
          decode_mma_smem(dqk, dv, c.stages, c.streams, decode_mma_tiled_for_alias(dqk, dv), true)
                  .total <= (c.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes);
 }

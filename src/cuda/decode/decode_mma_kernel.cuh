@@ -408,15 +408,19 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     // Boxes: this lane's ldmatrix row of the K (V) fragment in the stream's
     // panels, with the part of its chunk that does not change over the
     // k-steps (n2 steps) folded in: k_line (v_line) XOR 16 x the step's
-    // chunk, plus its panel, is the row's address.
+    // chunk, plus its panel, is the row's address. v_line starts at the
+    // panel of the warp's first column of Dv, v_step0 (0..3) is that
+    // column's 16-column step in the panel (0 where warps take whole panels).
     uint32_t k_line = 0, v_line = 0;
+    int v_step0 = 0;
     if (boxes) {
       const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
       const int r = lane % 8;
       k_line = stage + box_panel(true, 0) * kPanelBytes + ((lane % 8) + (lane / 16) * 8) * 128 +
                ((((lane / 8) % 2) ^ r) << 4);
       v_line = stage + (v_aliases_k ? box_panel(true, 0) : box_panel(false, 0)) * kPanelBytes +
-               part * (kDvPart / 64) * kPanelBytes + (lane % 16) * 128 + (((lane / 16) ^ r) << 4);
+               part * kDvPart / 64 * kPanelBytes + (lane % 16) * 128 + (((lane / 16) ^ r) << 4);
+      if constexpr (kDvPart % 64 != 0) v_step0 = part * kDvPart % 64 / 16;
     }
     if constexpr (kPacked) {
       const uint32_t stage = ring + (it % kStages) * stage_elems * uint32_t{sizeof(T)};
@@ -576,7 +580,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         b[3] = __byte_perm(w8, w9, 0x7632);
       } else {
         if (boxes) {  // chunk (part kDvPart + 16 n2) / 8 + lane / 16 of the row
-          ldmatrix_x4_trans(b, (v_line + (n2 / 4) * kPanelBytes) ^ ((2 * (n2 % 4)) << 4));
+          const int step = v_step0 + n2;
+          ldmatrix_x4_trans(b, (v_line + (step / 4) * kPanelBytes) ^ ((2 * (step % 4)) << 4));
           b[0] &= v_keep[0], b[1] &= v_keep[1], b[2] &= v_keep[0], b[3] &= v_keep[1];
         } else {
           ldmatrix_x4_trans(b, v_frag + n2 * 16 * sizeof(T));
