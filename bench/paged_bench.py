@@ -205,8 +205,8 @@ def bench_row(row, ceiling, args, generator):
     return result
 
 
-def markdown(results, ceiling, command):
-    lines = ["# Paged and ragged decode on the H200 (bf16)", "",
+def markdown(results, ceiling, command, gpu):
+    lines = [f"# Paged and ragged decode on the {gpu} (bf16)", "",
              f"Command: `{command}`  ", f"Read ceiling measured in the run: {ceiling:.2f} TB/s. "
              "Times: CUDA-graph median per call. bound = 6 us + unique K/V bytes / (0.9 x ceiling).",
              "Paged columns: time (over dense; over the dense cache with seq_lens_k, whose "
@@ -269,11 +269,14 @@ def main():
                   f"(bound {r['bound_ms'] * 1e3:.1f})", flush=True)
             torch.cuda.empty_cache()
     command = "bench/paged_bench.py " + " ".join(sys.argv[1:])
+    gpu = torch.cuda.get_device_name()
     with open(args.out, "w") as f:
-        json.dump({"read_ceiling_tbs": ceiling, "command": command, "rows": results}, f, indent=1)
+        json.dump({"gpu": gpu, "read_ceiling_tbs": ceiling, "command": command, "rows": results},
+                  f, indent=1)
+    report = markdown(results, ceiling, command, gpu)
     with open(args.md, "w") as f:
-        f.write(markdown(results, ceiling, command))
-    print(markdown(results, ceiling, command))
+        f.write(report)
+    print(report)
 
 
 if __name__ == "__main__":

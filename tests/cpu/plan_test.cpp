@@ -531,10 +531,9 @@ TEST(CudaDecodePlan, LoadsOfNarrowRows) {
                          // assumes sm_90 without a device)
   {
     const Plan plan = configured(p);
-    const bool sm90 =
-        !detail::cuda::has_device(0) || detail::cuda::device_info(0).compute_capability >= 90;
-    const bool boxes = sm90 && detail::cuda::decode_mma_page_boxes(int(plan.head_dim_qk_bucket),
-                                                                   int(plan.head_dim_v_bucket));
+    const bool boxes = detail::cuda::decode_page_box_binary(p) &&
+                       detail::cuda::decode_mma_page_boxes(int(plan.head_dim_qk_bucket),
+                                                           int(plan.head_dim_v_bucket));
     EXPECT_EQ(plan.loads,
               std::string(boxes ? "TMA boxes of 16 rows of a page where k's and v's bases and "
                                   "strides are 16-byte aligned, else "

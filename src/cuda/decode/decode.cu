@@ -259,6 +259,22 @@ bool packs_narrow_rows(const Problem& p, int row_alignment) {
 
 }  // namespace
 
+bool decode_page_box_binary(const Problem& p) {
+  int compute_capability = kAssumedComputeCapability;
+  int mma_binary = 0;  // unknown
+  if (has_device(p.device.index)) {
+    compute_capability = device_info(p.device.index).compute_capability;
+    int current = 0;
+    FSDPA_CUDA_CHECK(cudaGetDevice(&current));
+    const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
+    if (current == p.device.index && covering != nullptr) {
+      const DecodeBucketFns fns = bucket_fns(p.dtype, covering->head_dim_qk, covering->head_dim_v);
+      if (fns.mma_binary_version != nullptr) mma_binary = fns.mma_binary_version();
+    }
+  }
+  return mma_binary != 0 ? mma_binary >= 90 : compute_capability >= 90;
+}
+
 int decode_split_keys_multiple(const Problem& p) {
   return p.page_size > 0 || p.has_seq_lens_k ? kDecodeMmaKeysPerStream : 1;
 }
@@ -312,11 +328,8 @@ void decode_configure(const Problem& p, Plan& plan) {
     plan.loads +=
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
-  // The launch takes the boxes from an sm_90 binary of the tensor-core
-  // kernel (the device's compute capability where that binary is not known)
-  // and decides with the tensors' own addresses (page_boxes_fit).
-  const bool box_binary = mma_binary != 0 ? mma_binary >= 90 : compute_capability >= 90;
-  if (page_groups && box_binary && decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
+  if (page_groups && decode_page_box_binary(p) &&
+      decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
     plan.loads =
         "TMA boxes of 16 rows of a page where k's and v's bases and strides are 16-byte "
         "aligned, else " +

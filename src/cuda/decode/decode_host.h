@@ -40,6 +40,14 @@ void configure_decode_plan(const Problem& problem, Plan& plan, const DecodeGrid&
 // same bits); else 1.
 int decode_split_keys_multiple(const Problem& problem);
 
+// Whether the binary of the tensor-core kernel that serves the problem can
+// take TMA page boxes: an sm_90 one (DecodeBucketFns::mma_binary_version where
+// the problem's device is the current one; else the device's compute
+// capability, or sm_90 without a device). The launch then decides with the
+// tensors' own addresses (page_boxes_fit); the plan's loads text and its tests
+// ask this.
+bool decode_page_box_binary(const Problem& problem);
+
 // The kernels' parameters for one call of a planned decode problem, with
 // rows_per_block packed rows per block and splits of a multiple of
 // split_keys_multiple keys from a multiple of it (DecodeGrid's: the MLA
