@@ -351,6 +351,14 @@ inline constexpr int kMlaRows = 64;  // packed query rows per block
 inline constexpr int kMlaTileK = 32;
 inline constexpr int kMlaStages = 4;
 inline constexpr int kMlaThreads = 256;  // two warpgroups
+// The TMA boxes, of one page's rows each, in which a K tile arrives from a
+// page pool of `page_size` rows: 4 (pages of 8), 2 (16), 1 (a multiple of
+// kMlaTileK); 0 for other page sizes, which the kernel does not take (a tile
+// would straddle a box's page).
+constexpr int mla_tile_boxes(int64_t page_size) {
+  if (page_size == 8 || page_size == 16) return static_cast<int>(kMlaTileK / page_size);
+  return page_size > 0 && page_size % kMlaTileK == 0 ? 1 : 0;
+}
 // Shared memory: Q (64 rows) and the K stages (32 rows each), 576 columns in
 // 64-column panels of 128-byte rows; P of a tile as warpgroup 0's register
 // fragments (k-steps x 4 registers x 128 threads), its rescale factors (one
@@ -364,6 +372,8 @@ inline constexpr size_t kMlaBarrierBytes = (2 * kMlaStages + 3) * 8;
 inline constexpr size_t kMlaSharedBytes = 1024 + kMlaQBytes + kMlaStages * kMlaKTileBytes +
                                           kMlaPBytes + kMlaCorrectionBytes + kMlaBarrierBytes;
 static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
+static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&
+              mla_tile_boxes(24) == 0 && mla_tile_boxes(0) == 0);
 
 // Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.
 static_assert(decode_mma_config(64, 64).stages >= 2 && decode_mma_config(512, 512).stages >= 2);

@@ -4,7 +4,7 @@
 // of 512, so the shape is compute-bound and wants warpgroup MMAs. The decode
 // row runs it up to the decode limit, the prefill row past it (a block's
 // packed rows are then 64 query positions of a head); k dense or a page pool
-// (kPaged: the tiles' TMA boxes land page by page).
+// (kBoxes > 0: a tile's TMA boxes land page by page, kBoxes of them).
 //
 // One block owns 64 packed query rows (one wgmma M) and one key split of one
 // (batch, kv head). Q stays in shared memory (in by TMA where a box of the
@@ -282,10 +282,17 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 }
 #endif  // FSDPA_WGMMA_ARCH
 
-// kPaged: k is a page pool read through the block table; kList: the blocks
-// are a list of splits over the batch's lengths (decode_block). Template
-// flags, so that the dense kernel without a list keeps its code.
-template <typename T, bool kPaged, bool kList>
+// kBoxes: 0 where k is dense, else k is a page pool read through the block
+// table, a tile in kBoxes boxes of 32 / kBoxes rows of one page each (pages
+// of 8 or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList:
+// the blocks are a list of splits over the batch's lengths (decode_block).
+// Template parameters, so that the dense kernel without a list keeps its
+// code, and a paged kernel holds the copies of its own page size only (with
+// the box count a run-time value, the copies of four boxes unrolled in the
+// fill and the refill made the kernel 2.2k instructions longer than the
+// dense one, and its loops missed the instruction cache: bench/NOTES.md,
+// session 32).
+template <typename T, int kBoxes, bool kList>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
                       const __grid_constant__ TileMap q_map, int q_by_tma) {
@@ -342,8 +349,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // dense twin sum in the same order). The splits start on such a multiple
   // (make_decode_params), so the keys before keys.begin that the first tile
   // takes are of no row's range: masked as any other.
-  constexpr bool paged = kPaged;
-  const int box_keys = paged ? min(static_cast<int>(p.kv.page_size), kMlaTileK) : kMlaTileK;
+  constexpr bool paged = kBoxes > 0;
+  constexpr int kTileBoxes = paged ? kBoxes : 1;
+  constexpr int kBoxKeys = kMlaTileK / kTileBoxes;
+  static_assert(kMlaTileK % kTileBoxes == 0 && kBoxKeys % 8 == 0);
   const int first_key = keys.begin - keys.begin % kMlaTileK;
   const int num_tiles =
       keys.end > keys.begin ? (keys.end - first_key + kMlaTileK - 1) / kMlaTileK : 0;
@@ -352,7 +361,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // first of them. A tile past the table's last column reads that column's
   // page (its keys are past the sequence, masked).
   struct TilePages {
-    int page[kMlaTileK / 8];
+    int page[kTileBoxes];
     int row;
   };
   const uint32_t table_columns =
@@ -362,10 +371,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const PageSlot slot = page_slot(p.kv, first_key + tile * kMlaTileK);
     pages.row = static_cast<int>(slot.row);
 #pragma unroll
-    for (int box = 0; box < kMlaTileK / 8; ++box)
-      if (box * box_keys < kMlaTileK)
-        pages.page[box] = static_cast<int>(page_of(
-            p.kv, blk.batch, min(static_cast<uint32_t>(slot.column) + box, table_columns - 1)));
+    for (int box = 0; box < kTileBoxes; ++box)
+      pages.page[box] = static_cast<int>(page_of(
+          p.kv, blk.batch, min(static_cast<uint32_t>(slot.column) + box, table_columns - 1)));
     return pages;
   };
 
@@ -382,11 +390,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
                     blk.batch * k_map.batch_step);
     } else {
 #pragma unroll
-      for (int box = 0; box < kMlaTileK / 8; ++box) {
-        if (box * box_keys >= kMlaTileK) break;
+      for (int box = 0; box < kTileBoxes; ++box) {
 #pragma unroll
         for (int panel = 0; panel < kPanels; ++panel)
-          tma_load_4d(stage + panel * kKPanelBytes + box * box_keys * 128, &k_map.map,
+          tma_load_4d(stage + panel * kKPanelBytes + box * kBoxKeys * 128, &k_map.map,
                       full.at(tile), panel * 64, pages.row, blk.kv_head * k_map.head_step,
                       pages.page[box]);
       }
@@ -591,6 +598,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 #endif  // FSDPA_WGMMA_ARCH
 }
 
+using MlaKernel = void (*)(DecodeParams, TileMap, TileMap, int);
+
+template <typename T, int kBoxes>
+MlaKernel mla_kernel(bool list) {
+  return list ? decode_mla_kernel<T, kBoxes, true> : decode_mla_kernel<T, kBoxes, false>;
+}
+
 template <typename T>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
@@ -623,9 +637,29 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
                                 kMlaRows / p.len_q);
   }
   const bool list = p.split_slots != 0;
-  const auto kernel =
-      paged ? (list ? decode_mla_kernel<T, true, true> : decode_mla_kernel<T, true, false>)
-            : (list ? decode_mla_kernel<T, false, true> : decode_mla_kernel<T, false, false>);
+  // A paged pool's page size is one mla_tile_boxes takes (decode_mla_supports).
+  const int boxes = paged ? mla_tile_boxes(p.kv.page_size) : 0;
+  if (paged && boxes == 0)
+    throw Error("fsdpa: internal: the MLA kernel takes no pages of " +
+                std::to_string(p.kv.page_size) + " rows");
+  MlaKernel kernel = nullptr;
+  switch (boxes) {
+    case 0:
+      kernel = mla_kernel<T, 0>(list);
+      break;
+    case 1:
+      kernel = mla_kernel<T, 1>(list);
+      break;
+    case 2:
+      kernel = mla_kernel<T, 2>(list);
+      break;
+    case 4:
+      kernel = mla_kernel<T, 4>(list);
+      break;
+    default:
+      throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
+                  " boxes");
+  }
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
                                kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
                                q_map, q_by_tma ? 1 : 0);
@@ -654,7 +688,7 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
   if (p.head_dim_qk <= 512)
     return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
                               ": the MLA kernel serves 512 < head_dim_qk <= 576");
-  if (p.page_size > 0 && p.page_size != 8 && p.page_size != 16 && p.page_size % kMlaTileK != 0)
+  if (p.page_size > 0 && mla_tile_boxes(p.page_size) == 0)
     return Verdict::other_row("page_size=" + std::to_string(p.page_size) +
                               ": the MLA kernel's TMA boxes take pages of 8, 16 or a multiple of " +
                               std::to_string(kMlaTileK) + " rows; cuda_fused_decode serves others");
