@@ -257,22 +257,36 @@ bool packs_narrow_rows(const Problem& p, int row_alignment) {
          row_alignment < 16;
 }
 
+// What decode planning knows of the problem's device: its compute capability
+// (kAssumedComputeCapability without a device), whether it is the current
+// one (only then can the bucket's instance be asked about it), and the sm
+// version of that instance's tensor-core binary there (0: unknown).
+struct DecodeDevice {
+  int compute_capability = kAssumedComputeCapability;
+  bool current = false;
+  int mma_binary = 0;
+};
+
+DecodeDevice decode_device(const Problem& p) {
+  DecodeDevice d;
+  if (!has_device(p.device.index)) return d;
+  d.compute_capability = device_info(p.device.index).compute_capability;
+  int current = 0;
+  FSDPA_CUDA_CHECK(cudaGetDevice(&current));
+  d.current = current == p.device.index;
+  const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
+  if (d.current && covering != nullptr) {
+    const DecodeBucketFns fns = bucket_fns(p.dtype, covering->head_dim_qk, covering->head_dim_v);
+    if (fns.mma_binary_version != nullptr) d.mma_binary = fns.mma_binary_version();
+  }
+  return d;
+}
+
 }  // namespace
 
 bool decode_page_box_binary(const Problem& p) {
-  int compute_capability = kAssumedComputeCapability;
-  int mma_binary = 0;  // unknown
-  if (has_device(p.device.index)) {
-    compute_capability = device_info(p.device.index).compute_capability;
-    int current = 0;
-    FSDPA_CUDA_CHECK(cudaGetDevice(&current));
-    const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
-    if (current == p.device.index && covering != nullptr) {
-      const DecodeBucketFns fns = bucket_fns(p.dtype, covering->head_dim_qk, covering->head_dim_v);
-      if (fns.mma_binary_version != nullptr) mma_binary = fns.mma_binary_version();
-    }
-  }
-  return mma_binary != 0 ? mma_binary >= 90 : compute_capability >= 90;
+  const DecodeDevice d = decode_device(p);
+  return d.mma_binary != 0 ? d.mma_binary >= 90 : d.compute_capability >= 90;
 }
 
 int decode_split_keys_multiple(const Problem& p) {
@@ -295,27 +309,20 @@ void decode_configure(const Problem& p, Plan& plan) {
   plan.instance = reinterpret_cast<void (*)()>(fns.launch);
   // Resident blocks per SM from the occupancy calculator where the device
   // is the current one, else an H100/H200-like guess.
+  const DecodeDevice device = decode_device(p);
   int blocks_per_sm = kAssumedBlocksPerSm;
-  int compute_capability = kAssumedComputeCapability;
-  int mma_binary = 0;  // unknown
-  if (has_device(p.device.index)) {
-    int current = 0;
-    FSDPA_CUDA_CHECK(cudaGetDevice(&current));
+  if (device.current) {
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
-    if (current == p.device.index) {
-      blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
-      if (fns.mma_binary_version != nullptr) mma_binary = fns.mma_binary_version();
-    }
-    compute_capability = device_info(p.device.index).compute_capability;
+    blocks_per_sm = std::max(1, fns.blocks_per_sm(int(kv_group_size * p.len_q), p.v_aliases_k));
   }
   // The tensor-core kernel (f16, bf16) merges in clusters on sm_90 (where
   // its binary is an sm_80 one, the launch takes the combine kernel).
-  const bool cluster_merge = p.dtype != DType::F32 && compute_capability >= 90;
+  const bool cluster_merge = p.dtype != DType::F32 && device.compute_capability >= 90;
   configure_decode_plan(
       p, plan,
       DecodeGrid{
           bucket.head_dim_qk, bucket.head_dim_v, tile.rows, tile.keys, blocks_per_sm,
-          decode_split_keys_multiple(p), cluster_merge, mma_binary >= 90,
+          decode_split_keys_multiple(p), cluster_merge, device.mma_binary >= 90,
           p.dtype == DType::F32 || decode_mma_split_list(bucket.head_dim_qk, bucket.head_dim_v)});
   plan.loads = copy_16_loads(p.row_alignment);
   const bool page_groups = p.page_size > 0 && p.dtype != DType::F32 &&
