@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|runs|trace]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|durations|runs|trace]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -146,7 +146,8 @@ ninja -C $BUILD -j16 "${build_targets[@]}" >>"$OUT/build.log" 2>&1 ||
 say "build: $(($(date +%s) - t0)) s (FSDPA_HEAD_DIMS=$HEAD_DIMS)"
 # The binding on its own, so that a failure of it (a torch header this
 # machine's torch changed) costs the call only the binding's tests.
-if [ "$TORCH_NATIVE" = 1 ] && [ "$STAGES" != runs ] && [ "$STAGES" != trace ]; then
+case $STAGES in runs | trace | profile | durations) TORCH_NATIVE=0 ;; esac  # stages that use no torch binding
+if [ "$TORCH_NATIVE" = 1 ]; then
   ninja -C $BUILD fsdpa_torch_native >"$OUT/torch-binding-build.log" 2>&1 ||
     { TORCH_NATIVE=0; say "torch binding build failed:"; grep -E -m3 -A6 "error" "$OUT/torch-binding-build.log" | cut -c1-240 | tee -a "$SUMMARY"; }
 fi
@@ -339,6 +340,38 @@ if [ "$STAGES" = profile ] || [ "${PROFILE:-0}" = 1 ]; then
   ncu_profile profile "${NCU_KERNEL:-prefill_hopper_kernel}" \
     "${NCU_RUN:---dqk 90 --batch 4 --hq 16 --lq 4096 --lk 4096 --causal --policy fused}"
   [ -n "${NCU_REF:-}" ] && ncu_profile profile-ref "${NCU_KERNEL:-prefill_hopper_kernel}" "$NCU_REF"
+fi
+
+# `durations`: each kernel's time, one call of `fsdpa run` for each argument
+# set of DURATION_RUNS (';'-separated), by ncu with the caches kept (a split
+# kernel and its combine after the warm-up): ncu runs the kernels one at a time,
+# so a call slower in the graph-timed benches but not here is slower between
+# its kernels (lost launch overlap), not in them.
+if [ "$STAGES" = durations ]; then
+  IFS=';' read -r -a duration_sets <<<"${DURATION_RUNS:?fsdpa run argument sets, ';'-separated}"
+  for set in "${duration_sets[@]}"; do
+    read -r -a run_args <<<"$set"
+    say "== fsdpa run ${set:0:120}"
+    $BUILD/bin/fsdpa run --device cuda "${run_args[@]}" 2>&1 | grep -E "^(kernel|splits|time) " |
+      tee -a "$SUMMARY"
+    timeout "$(limit 60)" ncu --cache-control none -s "${NCU_SKIP:-6}" -c 4 --csv \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__cluster_dim_x \
+      $BUILD/bin/fsdpa run --device cuda "${run_args[@]}" >"$OUT/ncu-durations.csv" 2>&1
+    python3 - "$OUT/ncu-durations.csv" <<'PY' | tee -a "$SUMMARY"
+import csv, sys
+def short(kernel):  # "void ns::(anonymous namespace)::name<args>(params)" -> "name<args>"
+    head = kernel.replace("(anonymous namespace)::", "").split("(")[0]
+    name, _, args = head.partition("<")
+    return name.split("::")[-1] + ("<" + args if args else "")
+metrics = {}
+for r in csv.reader(open(sys.argv[1])):
+    if len(r) > 10 and r[0].isdigit():
+        metrics.setdefault((int(r[0]), short(r[4])), {})[r[-3]] = r[-1]
+for (i, name), m in sorted(metrics.items()):
+    print(f"  launch {i}: {name} {m.get('gpu__time_duration.sum')} ns, grid "
+          f"{m.get('launch__grid_size')}, cluster {m.get('launch__cluster_dim_x')}")
+PY
+  done
 fi
 
 if [ "$STAGES" = prefill ]; then
