@@ -76,6 +76,19 @@ __device__ __forceinline__ void tma_load_4d(uint32_t destination, const CUtensor
       : "memory");
 }
 
+// The same for a 5-d map (make_swizzle128_panel_map: column, row, panel,
+// head, batch).
+__device__ __forceinline__ void tma_load_5d(uint32_t destination, const CUtensorMap* map,
+                                            uint32_t barrier, int column, int row, int panel,
+                                            int head, int batch) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(panel), "r"(head),
+      "r"(batch), "r"(barrier)
+      : "memory");
+}
+
 // ---- clusters (sm_90): blocks that read each other's shared memory.
 
 // This block's rank in its cluster, and the cluster's blocks (0 and 1

@@ -29,4 +29,14 @@ TileMap make_swizzle128_map(const void* base, int64_t batch, int64_t heads, int6
                             int64_t cols, const int64_t (&strides)[3], int box_rows,
                             int box_heads = 1);
 
+// The same tensor as 64-column panels, 128 bytes apart (cols a multiple of
+// 64; Error otherwise), read in boxes of box_rows rows x box_panels panels:
+// one copy lands box_panels panels of box_rows rows each, panel after panel
+// (2-byte elements: box_rows x 128 bytes a panel), as that many boxes of
+// make_swizzle128_map's would. A 5-d map: tma_load_5d (column 0, row, first
+// panel, head, batch).
+TileMap make_swizzle128_panel_map(const void* base, int64_t batch, int64_t heads, int64_t rows,
+                                  int64_t cols, const int64_t (&strides)[3], int box_rows,
+                                  int box_panels);
+
 }  // namespace fsdpa::detail::cuda
