@@ -12,6 +12,11 @@
 // timed launch. Prints per case the median launch time, the SMs' intake
 // (bytes the blocks received / time), and a block's loop in clocks and
 // bytes per clock.
+// Then, paired at 4 stages, a tile in boxes of 32, 16 or 8 rows (the paged
+// kernel's one, two or four pages a tile: 9, 18 or 36 copies) and the same
+// with every box taking all nine panels (make_swizzle128_panel_map: 1, 2 or
+// 4 copies a tile): whether the copy engine lands a tile of more, smaller
+// boxes more slowly (bench/NOTES.md, session 34: page 16's late tiles).
 //
 //   nvcc -std=c++20 -O3 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a
 //     -cudart static -Isrc -Iinclude bench/tma_ingest.cu src/cuda/common/tma.cu
@@ -31,6 +36,7 @@
 #include "cuda/common/tma.cuh"
 #include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
+#include "fsdpa/fsdpa.h"
 
 using namespace fsdpa::detail::cuda;
 
@@ -51,10 +57,18 @@ __device__ __forceinline__ uint32_t shared_u32(uint32_t address) {
   return value;
 }
 
+// A tile's copies: boxes of box_rows rows, each one panel (4-d map) or all
+// nine (`panels`, 5-d map: the box lands [panel][box_rows rows], so the
+// stage holds box after box).
+struct TileBoxes {
+  int box_rows;
+  bool panels;
+};
+
 template <int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
-    stream_tiles(const __grid_constant__ TileMap map, int paired, long long* block_clocks,
-                 uint32_t* sink) {
+    stream_tiles(const __grid_constant__ TileMap map, int paired, TileBoxes boxes,
+                 long long* block_clocks, uint32_t* sink) {
 #if FSDPA_WGMMA_ARCH
   extern __shared__ unsigned char shared_raw[];
   const uint32_t raw = shared_address(shared_raw);
@@ -80,9 +94,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t >= kStages) barrier_wait(consumed(t), parity(t) ^ 1);  // tile t - stages consumed
       const uint32_t stage = stages + (t % kStages) * kTileBytes;
       barrier_expect_bytes(full(t), kTileBytes);
-      for (int panel = 0; panel < kPanels; ++panel)
-        tma_load_4d(stage + panel * kPanelBytes, &map.map, full(t), panel * 64,
-                    first_key + t * kTileKeys, 0, 0);
+      for (int box = 0; box < kTileKeys / boxes.box_rows; ++box) {
+        const int row = first_key + t * kTileKeys + box * boxes.box_rows;
+        if (boxes.panels)
+          tma_load_5d(stage + box * boxes.box_rows * kColumns * 2, &map.map, full(t), 0, row, 0, 0,
+                      0);
+        else
+          for (int panel = 0; panel < kPanels; ++panel)
+            tma_load_4d(stage + panel * kPanelBytes + box * boxes.box_rows * 128, &map.map, full(t),
+                        panel * 64, row, 0, 0);
+      }
     }
   } else if (threadIdx.x >= 32) {
     for (int t = 0; t < kTiles; ++t) {
@@ -127,13 +148,18 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&block_clocks, sizeof(long long) * blocks), "cudaMalloc clocks");
   check(cudaMalloc(&sink, sizeof(uint32_t) * kThreads), "cudaMalloc sink");
   const int64_t strides[3] = {0, 0, kColumns};
-  const TileMap map = make_swizzle128_map(k, 1, 1, kRows, kColumns, strides, kTileKeys);
+  auto map_of = [&](TileBoxes boxes) {
+    return boxes.panels ? make_swizzle128_panel_map(k, 1, 1, kRows, kColumns, strides,
+                                                    boxes.box_rows, kPanels)
+                        : make_swizzle128_map(k, 1, 1, kRows, kColumns, strides, boxes.box_rows);
+  };
   cudaEvent_t begin, end;
   cudaEventCreate(&begin);
   cudaEventCreate(&end);
-  std::printf("%-7s %-6s %10s %12s %14s %12s\n", "case", "stages", "median us", "intake TB/s",
-              "block kclk", "B/clk/block");
-  auto run = [&](auto kernel, int stages, int paired) {
+  std::printf("%-7s %-6s %-14s %10s %12s %14s %12s\n", "case", "stages", "copies a tile",
+              "median us", "intake TB/s", "block kclk", "B/clk/block");
+  auto run = [&](auto kernel, int stages, int paired, TileBoxes boxes) {
+    const TileMap map = map_of(boxes);
     const int smem = 1024 + stages * kTileBytes + 16 * stages;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
           "smem attribute");
@@ -142,7 +168,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 21; ++rep) {
       cudaMemsetAsync(flush, rep, kFlushBytes);
       cudaEventRecord(begin);
-      kernel<<<blocks, kThreads, smem>>>(map, paired, block_clocks, sink);
+      kernel<<<blocks, kThreads, smem>>>(map, paired, boxes, block_clocks, sink);
       cudaEventRecord(end);
       check(cudaEventSynchronize(end), "kernel");
       float ms = 0.f;
@@ -157,14 +183,28 @@ int main(int argc, char** argv) {
     const double us = times[times.size() / 2];
     const double block_bytes = double(kKeysPerBlock) * kColumns * 2;
     const double median_clk = double(clocks[blocks / 2]);
-    std::printf("%-7s %-6d %10.1f %12.2f %8.1f-%-5.1f %12.1f\n", paired ? "paired" : "unique",
-                stages, us, block_bytes * blocks / us * 1e-6, clocks.front() / 1e3,
+    const int copies = kTileKeys / boxes.box_rows * (boxes.panels ? 1 : kPanels);
+    char copies_text[32];
+    std::snprintf(copies_text, sizeof copies_text, "%d x %d rows%s", copies, boxes.box_rows,
+                  boxes.panels ? " x 9" : "");
+    std::printf("%-7s %-6d %-14s %10.1f %12.2f %8.1f-%-5.1f %12.1f\n", paired ? "paired" : "unique",
+                stages, copies_text, us, block_bytes * blocks / us * 1e-6, clocks.front() / 1e3,
                 clocks.back() / 1e3, block_bytes / median_clk);
   };
+  const TileBoxes tile_boxes{kTileKeys, false};
   for (int paired : {1, 0}) {
-    run(stream_tiles<2>, 2, paired);
-    run(stream_tiles<4>, 4, paired);
-    run(stream_tiles<5>, 5, paired);
+    run(stream_tiles<2>, 2, paired, tile_boxes);
+    run(stream_tiles<4>, 4, paired, tile_boxes);
+    run(stream_tiles<5>, 5, paired, tile_boxes);
   }
+  for (bool panels : {false, true})
+    for (int box_rows : {kTileKeys, kTileKeys / 2, kTileKeys / 4}) {
+      try {
+        run(stream_tiles<4>, 4, 1, TileBoxes{box_rows, panels});
+      } catch (const fsdpa::Error& e) {  // the driver may refuse the 5-d view
+        std::printf("paired  4      %d-row boxes%s: %s\n", box_rows, panels ? " x 9" : "",
+                    e.what());
+      }
+    }
   return 0;
 }
