@@ -350,9 +350,9 @@ fi
 # its kernels (lost launch overlap), not in them.
 if [ "$STAGES" = durations ]; then
   IFS=';' read -r -a duration_sets <<<"${DURATION_RUNS:?fsdpa run argument sets, ';'-separated}"
-  for set in "${duration_sets[@]}"; do
-    read -r -a run_args <<<"$set"
-    say "== fsdpa run ${set:0:120}"
+  for arguments in "${duration_sets[@]}"; do
+    read -r -a run_args <<<"$arguments"
+    say "== fsdpa run ${arguments:0:120}"
     $BUILD/bin/fsdpa run --device cuda "${run_args[@]}" 2>&1 | grep -E "^(kernel|splits|time) " |
       tee -a "$SUMMARY"
     timeout "$(limit 60)" ncu --cache-control none -s "${NCU_SKIP:-6}" -c 4 --csv \

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -16,11 +17,14 @@
 #include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
 #include "fsdpa/fsdpa.h"
+#include "gpu_case.h"
 
 namespace fsdpa::test {
 namespace {
 
 using detail::cuda::TileMap;
+using gpu_test::Buffer;
+using gpu_test::cuda_ok;
 
 constexpr int kBoxRows = 16, kPanels = 9, kColumns = 64 * kPanels;
 constexpr int kBoxBytes = kBoxRows * kColumns * 2;
@@ -54,8 +58,6 @@ __global__ void land_both(const __grid_constant__ TileMap panels,
 #endif
 }
 
-void check(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
-
 TEST(CudaTensorMaps, PanelMapNeedsWholePanels) {
   const int64_t strides[3] = {0, 0, 100};
   std::vector<uint16_t> rows(16 * 100);
@@ -76,28 +78,28 @@ TEST(CudaTensorMaps, PanelBoxLandsTheBytesOfNineBoxes) {
   // the row stride, as a page pool's), 40 rows: the box from row 30 reads
   // past the end.
   constexpr int kRows = 40, kHeads = 2;
+  Buffer k(size_t{kRows} * kHeads * kColumns * 2), out(2 * kBoxBytes);
   std::vector<uint16_t> host(size_t{kRows} * kHeads * kColumns);
   std::mt19937 random(20261205);
   for (uint16_t& x : host) x = static_cast<uint16_t>(random() & 0x3fffu);
-  void* k = nullptr;
-  unsigned char* out = nullptr;
-  check(cudaMalloc(&k, host.size() * 2));
-  check(cudaMalloc(&out, 2 * kBoxBytes));
-  check(cudaMemcpy(k, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  std::memcpy(k.host.data(), host.data(), k.host.size());
+  k.upload();
   const int64_t strides[3] = {0, kColumns, kHeads * kColumns};  // batch, head, row
-  const TileMap panels = detail::cuda::make_swizzle128_panel_map(k, 1, kHeads, kRows, kColumns,
-                                                                 strides, kBoxRows, kPanels);
+  const TileMap panels = detail::cuda::make_swizzle128_panel_map(
+      k.device, 1, kHeads, kRows, kColumns, strides, kBoxRows, kPanels);
   const TileMap boxes =
-      detail::cuda::make_swizzle128_map(k, 1, kHeads, kRows, kColumns, strides, kBoxRows);
+      detail::cuda::make_swizzle128_map(k.device, 1, kHeads, kRows, kColumns, strides, kBoxRows);
   const int shared = 1024 + 2 * kBoxBytes + 16;
-  check(cudaFuncSetAttribute(land_both, cudaFuncAttributeMaxDynamicSharedMemorySize, shared));
+  cuda_ok(cudaFuncSetAttribute(land_both, cudaFuncAttributeMaxDynamicSharedMemorySize, shared),
+          "shared memory attribute");
   for (const int row : {0, 17, 30}) {
     for (const int head : {0, 1}) {
-      check(cudaMemset(out, 0xff, 2 * kBoxBytes));
-      land_both<<<1, 128, shared>>>(panels, boxes, row, head, out);
-      check(cudaGetLastError());
-      std::vector<unsigned char> landed(2 * kBoxBytes);
-      check(cudaMemcpy(landed.data(), out, landed.size(), cudaMemcpyDeviceToHost));
+      cuda_ok(cudaMemset(out.device, 0xff, out.host.size()), "poison");
+      land_both<<<1, 128, shared>>>(panels, boxes, row, head,
+                                    static_cast<unsigned char*>(out.device));
+      cuda_ok(cudaGetLastError(), "land_both");
+      out.download();
+      const std::vector<unsigned char>& landed = out.host;
       int differences = 0;
       for (int i = 0; i < kBoxBytes; ++i) differences += landed[i] != landed[kBoxBytes + i];
       EXPECT_EQ(differences, 0) << "row " << row << ", head " << head;
@@ -122,8 +124,6 @@ TEST(CudaTensorMaps, PanelBoxLandsTheBytesOfNineBoxes) {
       }
     }
   }
-  check(cudaFree(k));
-  check(cudaFree(out));
 }
 
 }  // namespace
