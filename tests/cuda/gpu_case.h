@@ -20,6 +20,7 @@
 #include "cuda/common/device.h"
 #include "cuda/prefill/prefill.h"
 #include "fsdpa/fsdpa.h"
+#include "splits_guard.h"
 
 namespace fsdpa::gpu_test {
 
@@ -55,6 +56,7 @@ struct Case {
   bool lse = true;
   bool allow_tf32 = false;
   double softcap = 0.0;       // Options::softcap
+  int decode_splits = 0;      // FSDPA_DECODE_SPLITS for the decode kernels; 0 = automatic
   bool kv_broadcast = false;  // K and V with stride 0 over batch and kv heads (torch's expand)
   bool offset_base = false;   // q, k, v, out start one element past an aligned address
   Policy policy = Policy::ForceFused;
@@ -84,6 +86,7 @@ struct Case {
     if (softcap > 0.0) s << "_cap" << static_cast<int>(softcap);
     if (kv_broadcast) s << "_kvbroadcast";
     if (offset_base) s << "_offset";
+    if (decode_splits > 0) s << "_splits" << decode_splits;
     for (const Poison& x : poisons)
       s << "_" << x.tensor << x.row << "c" << x.column
         << (std::isnan(x.value) ? "nan"
@@ -344,6 +347,7 @@ inline Outcome run_case(const Case& c, std::mt19937_64& rng) {
 
   Outcome outcome;
   const Problem problem = describe(device, options);
+  const SplitsGuard splits(c.decode_splits);
   if (!c.row.empty()) {
     const detail::KernelRow* row = nullptr;
     for (const detail::KernelRow& candidate : detail::selection_table())

@@ -482,28 +482,33 @@ TEST(Decode, MlaBatchesAndHeads) {
 }
 
 // Even split counts: split pairs merge through two-block clusters before the
-// combine, each block half of the columns. Several batches and latent heads
-// (the clusters' block order), a partial second row chunk, Dv below 512 with
+// combine, each block half of the columns; with two splits the pair writes
+// out and lse itself (no combine). Several batches and latent heads (the
+// clusters' block order), a partial second row chunk, Dv below 512 with
 // masks and sinks, and pairs of empty splits.
 TEST(Decode, MlaSplitPairs) {
+  for (int splits : {2, 4}) {
+    Case c = mla_case();
+    c.batch = 2;
+    c.heads_q = 192;  // 96 rows a kv head: a full and a partial row chunk
+    c.heads_kv = 2;
+    c.len_k = 1000;
+    c.splits = splits;
+    run_case(c);
+  }
+  for (int splits : {2, 6}) {
+    Case c = mla_case();
+    c.heads_q = 16;
+    c.len_q = 4;
+    c.len_k = 700;
+    c.dv = 504;
+    c.causal = true;
+    c.mask = MaskCase::AdditiveF32;
+    c.sinks = true;
+    c.splits = splits;
+    run_case(c);
+  }
   Case c = mla_case();
-  c.batch = 2;
-  c.heads_q = 192;  // 96 rows a kv head: a full and a partial row chunk
-  c.heads_kv = 2;
-  c.len_k = 1000;
-  c.splits = 4;
-  run_case(c);
-  c = mla_case();
-  c.heads_q = 16;
-  c.len_q = 4;
-  c.len_k = 700;
-  c.dv = 504;
-  c.causal = true;
-  c.mask = MaskCase::AdditiveF32;
-  c.sinks = true;
-  c.splits = 6;
-  run_case(c);
-  c = mla_case();
   c.len_k = 17;
   c.splits = 64;  // most splits empty
   run_case(c);

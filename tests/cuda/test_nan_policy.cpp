@@ -115,6 +115,8 @@ std::vector<Case> nan_cases() {
     c.window = 300;
     c.poisons = {{'k', 398, 3, kNaN}};  // v's column 3 too: it is a view of k
     cases.push_back(c);
+    c.decode_splits = 2;  // one split pair, which writes out itself
+    cases.push_back(c);
   }
   return cases;
 }

@@ -19,9 +19,12 @@
 #include "cuda/common/device.h"
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_config.h"
+#include "splits_guard.h"
 
 namespace fsdpa::test {
 namespace {
+
+using gpu_test::SplitsGuard;
 
 void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess)
@@ -79,14 +82,6 @@ class DeviceCopy {
   }
   PagedData& host_;
   std::vector<Buffer> buffers_;
-};
-
-class SplitsGuard {
- public:
-  explicit SplitsGuard(int splits) {
-    if (splits > 0) setenv("FSDPA_DECODE_SPLITS", std::to_string(splits).c_str(), 1);
-  }
-  ~SplitsGuard() { unsetenv("FSDPA_DECODE_SPLITS"); }
 };
 
 // The bytes of out after a run of `tensors` (device views of d's buffers).

@@ -218,21 +218,26 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
 // Split pairs (two-block clusters of splits 2k and 2k + 1, see launch_mla):
 // both blocks stage their rows, then each merges half of the columns of the
 // pair (its own rows from shared memory, the partner's through the cluster,
-// both weighted to the larger of the two maxima) and stores them as split k
-// of the partials, (max, sum) from rank 0: the combine reads half the bytes.
+// both weighted to the larger of the two maxima). With two splits in all the
+// pair holds every key of its rows and writes out and lse itself, the sink
+// in the denominator, and no combine runs; else it stores split k of the
+// partials, (max, sum) from rank 0: the combine reads half the bytes.
 // `weights`: 64 float2 of shared memory for the rows' two weights. (With
 // every load of a thread in flight at once instead of 4, and the weights
 // worked out per element, the call took 1.7 us longer: bench/NOTES.md,
 // session 9.)
+template <typename T>
 __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
                                                   const decode_kernel::DecodeBlock& b,
                                                   const float (&o)[kOutTiles][4],
                                                   const float2* stats, float* staging,
                                                   float2* weights, int warpgroup, int warp,
                                                   int group, int quad) {
+  using decode_kernel::RowTotals;
   stage_rows(o, staging, warpgroup, warp, group, quad);
   cluster_arrive();
   cluster_wait();  // both blocks' rows and statistics staged
+  const bool writes_out = p.num_splits == 2;
   const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
   decode_kernel::DecodeBlock merged = b;
   merged.split = b.split / 2;
@@ -241,13 +246,29 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   if (t < kMlaRows) {
     const float2 own = stats[t];
     const float2 other = load_cluster_float2(cluster_address(shared_address(stats + t), partner));
-    const float top = fmaxf(own.x, other.x);
-    const float base = top == kMinusInf ? 0.f : top;
-    const float own_weight = exp2f(own.x - base), other_weight = exp2f(other.x - base);
-    weights[t] = make_float2(own_weight, other_weight);
-    if (rank == 0 && t < b.rows_here)
-      reinterpret_cast<float2*>(p.partial_max_sum)[first_row + t] =
-          make_float2(top, own.y * own_weight + other.y * other_weight);
+    const bool row_here = t < b.rows_here;
+    const int2 hi = row_here ? decode_kernel::packed_row(p, b, t) : make_int2(0, 0);
+    const float sink = writes_out && row_here
+                           ? sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x)
+                           : kMinusInf;
+    RowTotals totals;
+    totals.top = fmaxf(fmaxf(own.x, other.x), sink);
+    totals.base = totals.top == kMinusInf ? 0.f : totals.top;
+    const float own_weight = exp2f(own.x - totals.base),
+                other_weight = exp2f(other.x - totals.base);
+    totals.sum = own.y * own_weight + other.y * other_weight + exp2f(sink - totals.base);
+    if (writes_out) {
+      const float scale = totals.sum > 0.f ? 1.f / totals.sum : 0.f;
+      weights[t] = make_float2(own_weight * scale, other_weight * scale);
+      if (rank == 0 && row_here && p.lse != nullptr)
+        p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
+              hi.y * p.lse_strides.row] = decode_kernel::row_lse(totals);
+    } else {
+      weights[t] = make_float2(own_weight, other_weight);
+      if (rank == 0 && row_here)
+        reinterpret_cast<float2*>(p.partial_max_sum)[first_row + t] =
+            make_float2(totals.top, totals.sum);
+    }
   }
   __syncthreads();
   // This block's 16-byte columns of every row: the first half (rank 0) or the rest.
@@ -255,6 +276,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   const int first = rank == 0 ? 0 : (vectors + 1) / 2;
   const int count = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
   const uint32_t remote = cluster_address(shared_address(staging), partner);
+  bool bad = false;
 #pragma unroll 4
   for (int i = t; i < b.rows_here * count; i += kMlaThreads) {
     const int r = i / count, c = (first + i % count) * 4;
@@ -262,11 +284,17 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float4 a = *reinterpret_cast<const float4*>(staging + offset);
     const float4 x = load_cluster_float4(remote + offset * 4);
     const float2 w = weights[r];
-    *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) = make_float4(
-        a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y, a.w * w.x + x.w * w.y);
+    const float v[4] = {a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y,
+                        a.w * w.x + x.w * w.y};
+    if (writes_out)
+      bad |= decode_kernel::store_out_columns<T>(p, b, r, c, v, 1.f);
+    else
+      *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) =
+          make_float4(v[0], v[1], v[2], v[3]);
   }
   cluster_arrive();
-  cluster_wait();  // the partner's reads of this block's rows are done
+  cluster_wait();  // the partner's reads of this block's rows are done, its stores seen
+  if (writes_out) decode_kernel::repair_block_rows<T>(p, b, bad);
 }
 // Causal prefill: the rows late in a sequence see the most keys, and a grid
 // that reaches them last ends on a few long blocks. Where every row chunk is
@@ -587,8 +615,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     float* const staging = reinterpret_cast<float*>(q_ptr + kMlaQBytes);
     if (pairs)
-      store_pair_merged(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup, warp, group,
-                        quad);
+      store_pair_merged<T>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup, warp,
+                           group, quad);
     else
       store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
@@ -663,7 +691,8 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
                                kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
                                q_map, q_by_tma ? 1 : 0);
-  if (p.num_splits > 1) {
+  // A pair of the only two splits writes out itself (store_pair_merged).
+  if (p.num_splits > 1 && !(pairs && p.num_splits == 2)) {
     DecodeParams merged = p;
     if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
     launch_decode_combine<T>(merged, stream);
