@@ -222,11 +222,14 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
 // pair holds every key of its rows and writes out and lse itself, the sink
 // in the denominator, and no combine runs; else it stores split k of the
 // partials, (max, sum) from rank 0: the combine reads half the bytes.
+// kWritesOut: the pair is every split (num_splits == 2; an instance of its
+// own, so that the many-split kernel keeps its code: with a run-time branch
+// the 64-split call was 1-1.8 us slower, bench/NOTES.md, session 35).
 // `weights`: 64 float2 of shared memory for the rows' two weights. (With
 // every load of a thread in flight at once instead of 4, and the weights
 // worked out per element, the call took 1.7 us longer: bench/NOTES.md,
 // session 9.)
-template <typename T>
+template <typename T, bool kWritesOut>
 __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
                                                   const decode_kernel::DecodeBlock& b,
                                                   const float (&o)[kOutTiles][4],
@@ -237,7 +240,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   stage_rows(o, staging, warpgroup, warp, group, quad);
   cluster_arrive();
   cluster_wait();  // both blocks' rows and statistics staged
-  const bool writes_out = p.num_splits == 2;
+  constexpr bool writes_out = kWritesOut;
   const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
   decode_kernel::DecodeBlock merged = b;
   merged.split = b.split / 2;
@@ -257,7 +260,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float own_weight = exp2f(own.x - totals.base),
                 other_weight = exp2f(other.x - totals.base);
     totals.sum = own.y * own_weight + other.y * other_weight + exp2f(sink - totals.base);
-    if (writes_out) {
+    if constexpr (writes_out) {
       const float scale = totals.sum > 0.f ? 1.f / totals.sum : 0.f;
       weights[t] = make_float2(own_weight * scale, other_weight * scale);
       if (rank == 0 && row_here && p.lse != nullptr)
@@ -286,7 +289,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float2 w = weights[r];
     const float v[4] = {a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y,
                         a.w * w.x + x.w * w.y};
-    if (writes_out)
+    if constexpr (writes_out)
       bad |= decode_kernel::store_out_columns<T>(p, b, r, c, v, 1.f);
     else
       *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) =
@@ -294,7 +297,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   }
   cluster_arrive();
   cluster_wait();  // the partner's reads of this block's rows are done, its stores seen
-  if (writes_out) decode_kernel::repair_block_rows<T>(p, b, bad);
+  if constexpr (writes_out) decode_kernel::repair_block_rows<T>(p, b, bad);
 }
 // Causal prefill: the rows late in a sequence see the most keys, and a grid
 // that reaches them last ends on a few long blocks. Where every row chunk is
@@ -314,13 +317,14 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 // table, a tile in kBoxes boxes of 32 / kBoxes rows of one page each (pages
 // of 8 or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList:
 // the blocks are a list of splits over the batch's lengths (decode_block).
-// Template parameters, so that the dense kernel without a list keeps its
+// kPairOut: split pairs of the only two splits, which write out themselves
+// (store_pair_merged). Template parameters, so that the dense kernel without a list keeps its
 // code, and a paged kernel holds the copies of its own page size only (with
 // the box count a run-time value, the copies of four boxes unrolled in the
 // fill and the refill made the kernel 2.2k instructions longer than the
 // dense one, and its loops missed the instruction cache: bench/NOTES.md,
 // session 32).
-template <typename T, int kBoxes, bool kList>
+template <typename T, int kBoxes, bool kList, bool kPairOut>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
                       const __grid_constant__ TileMap q_map, int q_by_tma) {
@@ -615,8 +619,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     float* const staging = reinterpret_cast<float*>(q_ptr + kMlaQBytes);
     if (pairs)
-      store_pair_merged<T>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup, warp,
-                           group, quad);
+      store_pair_merged<T, kPairOut>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup,
+                                     warp, group, quad);
     else
       store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
@@ -629,8 +633,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 using MlaKernel = void (*)(DecodeParams, TileMap, TileMap, int);
 
 template <typename T, int kBoxes>
-MlaKernel mla_kernel(bool list) {
-  return list ? decode_mla_kernel<T, kBoxes, true> : decode_mla_kernel<T, kBoxes, false>;
+MlaKernel mla_kernel(bool list, bool pair_out) {
+  if (list) return decode_mla_kernel<T, kBoxes, true, false>;
+  return pair_out ? decode_mla_kernel<T, kBoxes, false, true>
+                  : decode_mla_kernel<T, kBoxes, false, false>;
 }
 
 template <typename T>
@@ -665,6 +671,8 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
                                 kMlaRows / p.len_q);
   }
   const bool list = p.split_slots != 0;
+  // A pair of the only two splits writes out itself: no combine.
+  const bool pair_out = pairs && p.num_splits == 2;
   // A paged pool's page size is one mla_tile_boxes takes (decode_mla_supports).
   const int boxes = paged ? mla_tile_boxes(p.kv.page_size) : 0;
   if (paged && boxes == 0)
@@ -673,16 +681,16 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   MlaKernel kernel = nullptr;
   switch (boxes) {
     case 0:
-      kernel = mla_kernel<T, 0>(list);
+      kernel = mla_kernel<T, 0>(list, pair_out);
       break;
     case 1:
-      kernel = mla_kernel<T, 1>(list);
+      kernel = mla_kernel<T, 1>(list, pair_out);
       break;
     case 2:
-      kernel = mla_kernel<T, 2>(list);
+      kernel = mla_kernel<T, 2>(list, pair_out);
       break;
     case 4:
-      kernel = mla_kernel<T, 4>(list);
+      kernel = mla_kernel<T, 4>(list, pair_out);
       break;
     default:
       throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
@@ -691,8 +699,7 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
                                kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
                                q_map, q_by_tma ? 1 : 0);
-  // A pair of the only two splits writes out itself (store_pair_merged).
-  if (p.num_splits > 1 && !(pairs && p.num_splits == 2)) {
+  if (p.num_splits > 1 && !pair_out) {
     DecodeParams merged = p;
     if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
     launch_decode_combine<T>(merged, stream);
