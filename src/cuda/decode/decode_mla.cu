@@ -240,7 +240,6 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   stage_rows(o, staging, warpgroup, warp, group, quad);
   cluster_arrive();
   cluster_wait();  // both blocks' rows and statistics staged
-  constexpr bool writes_out = kWritesOut;
   const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
   decode_kernel::DecodeBlock merged = b;
   merged.split = b.split / 2;
@@ -251,7 +250,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float2 other = load_cluster_float2(cluster_address(shared_address(stats + t), partner));
     const bool row_here = t < b.rows_here;
     const int2 hi = row_here ? decode_kernel::packed_row(p, b, t) : make_int2(0, 0);
-    const float sink = writes_out && row_here
+    const float sink = kWritesOut && row_here
                            ? sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x)
                            : kMinusInf;
     RowTotals totals;
@@ -260,7 +259,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float own_weight = exp2f(own.x - totals.base),
                 other_weight = exp2f(other.x - totals.base);
     totals.sum = own.y * own_weight + other.y * other_weight + exp2f(sink - totals.base);
-    if constexpr (writes_out) {
+    if constexpr (kWritesOut) {
       const float scale = totals.sum > 0.f ? 1.f / totals.sum : 0.f;
       weights[t] = make_float2(own_weight * scale, other_weight * scale);
       if (rank == 0 && row_here && p.lse != nullptr)
@@ -289,7 +288,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
     const float2 w = weights[r];
     const float v[4] = {a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y,
                         a.w * w.x + x.w * w.y};
-    if constexpr (writes_out)
+    if constexpr (kWritesOut)
       bad |= decode_kernel::store_out_columns<T>(p, b, r, c, v, 1.f);
     else
       *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) =
@@ -297,7 +296,7 @@ __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
   }
   cluster_arrive();
   cluster_wait();  // the partner's reads of this block's rows are done, its stores seen
-  if constexpr (writes_out) decode_kernel::repair_block_rows<T>(p, b, bad);
+  if constexpr (kWritesOut) decode_kernel::repair_block_rows<T>(p, b, bad);
 }
 // Causal prefill: the rows late in a sequence see the most keys, and a grid
 // that reaches them last ends on a few long blocks. Where every row chunk is
