@@ -127,6 +127,45 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = lane / 4, quad = lane % 4;
   const int stream = warp / kConfig.dv_parts, part = warp % kConfig.dv_parts;
+  // The first stages' K and V rows of keys [begin, end) of (batch, kv head)
+  // into L2 while the kernel before may still run (a prefetch reads nothing
+  // into the block): -0.6 us a call at Lk=32768, D=128 (bench/NOTES.md,
+  // session 7). With per-sequence lengths, before decode_block's wait: its
+  // split's first keys, from the block index alone (early_split_keys). A
+  // paged cache's block table may be written by the kernel before too: a
+  // stale page id (clamped into the pool by page_of) costs a useless
+  // prefetch, never a wrong read.
+  auto prefetch_first_stages = [&](int batch, int kv_head, int begin, int end) {
+    const int ahead = min(end - begin, (kStages - 1) * kStageKeys);
+    if constexpr (kPacked) {  // the spans' whole 16-byte blocks
+      if (tid < 2) {
+        const T* rows = static_cast<const T*>(tid == 0 ? p.k : p.v) +
+                        batch * (tid == 0 ? p.k_strides : p.v_strides).outer +
+                        kv_head * (tid == 0 ? p.k_strides : p.v_strides).head;
+        const int row_bytes = (tid == 0 ? p.head_dim_qk : p.head_dim_v) * int{sizeof(T)};
+        const uintptr_t first_byte = reinterpret_cast<uintptr_t>(rows) + int64_t{begin} * row_bytes;
+        const uintptr_t first = (first_byte + 15) & ~uintptr_t{15};
+        const uintptr_t last = (first_byte + int64_t{ahead} * row_bytes) & ~uintptr_t{15};
+        if (last > first)
+          prefetch_l2(reinterpret_cast<const void*>(first), static_cast<uint32_t>(last - first));
+      }
+    } else if (p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned rows
+      for (int i = tid; i < 2 * ahead; i += kThreads) {
+        const bool is_v = i >= ahead;
+        if (is_v && p.v_aliases_k != 0) break;
+        const int key = begin + (is_v ? i - ahead : i);
+        prefetch_l2(is_v ? static_cast<const T*>(p.v) +
+                               key_row_offset(p.kv, p.v_strides, batch, kv_head, key)
+                         : static_cast<const T*>(p.k) +
+                               key_row_offset(p.kv, p.k_strides, batch, kv_head, key),
+                    uint32_t(is_v ? p.head_dim_v : p.head_dim_qk) * uint32_t{sizeof(T)});
+      }
+    }
+  };
+  DecodeBlock early;
+  int2 early_keys;
+  const bool early_prefetch = early_split_keys<kList>(p, kRows, early, early_keys);
+  if (early_prefetch) prefetch_first_stages(early.batch, early.kv_head, early_keys.x, early_keys.y);
   const DecodeBlock blk = decode_block<kList>(p, kRows);
   allow_next_launch();
   if (!blk.valid) return;  // nothing to do (decode_block)
@@ -320,30 +359,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                                           v_rows, p.v_strides.row, key0, key_end,
                                                           p.head_dim_v);
   };
-  // The first stages' K and V rows into L2 while the kernel before may
-  // still run (a prefetch reads nothing into the block): -0.6 us a call at
-  // Lk=32768, D=128 (bench/NOTES.md, session 7).
-  if constexpr (kPacked) {  // the spans' whole 16-byte blocks
-    const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
-    if (tid < 2) {
-      const T* rows = tid == 0 ? k_rows : v_rows;
-      const int row_bytes = tid == 0 ? k_row_bytes : v_row_bytes;
-      const uintptr_t begin = reinterpret_cast<uintptr_t>(rows) + int64_t{key_begin} * row_bytes;
-      const uintptr_t first = (begin + 15) & ~uintptr_t{15};
-      const uintptr_t end = (begin + int64_t{ahead} * row_bytes) & ~uintptr_t{15};
-      if (end > first)
-        prefetch_l2(reinterpret_cast<const void*>(first), static_cast<uint32_t>(end - first));
-    }
-  } else if (!kPaged && p.copy_bytes >= 16) {  // the bulk prefetch takes 16-byte aligned dense rows
-    const int ahead = min(key_end - key_begin, (kStages - 1) * kStageKeys);
-    for (int i = tid; i < 2 * ahead; i += kThreads) {
-      const bool is_v = i >= ahead;
-      if (is_v && v_aliases_k) break;
-      const int64_t key = key_begin + (is_v ? i - ahead : i);
-      prefetch_l2(is_v ? v_rows + key * p.v_strides.row : k_rows + key * p.k_strides.row,
-                  uint32_t(is_v ? p.head_dim_v : p.head_dim_qk) * uint32_t{sizeof(T)});
-    }
-  }
+  if (!early_prefetch) prefetch_first_stages(blk.batch, blk.kv_head, key_begin, key_end);
   wait_for_previous_kernel();  // global memory from here on
 
   // ---- q rows (zeros past the real rows and Dqk), in stage 0's cp.async
