@@ -28,11 +28,21 @@ struct KvIndex {
   int64_t seq_lens_stride = 0;
 };
 
+// Where a device read of an index may happen. AfterWait: after the kernel's
+// wait for the kernel before it (griddepcontrol.wait), a plain load.
+// BeforeWait: before it, a load that bypasses L1 (ld.global.cg), so that no
+// line it brings stays in L1 past the wait (L1 is not coherent with the
+// writes of the kernel before); only for reads whose value may be stale
+// (a prefetch's addresses).
+enum class IndexRead { AfterWait, BeforeWait };
+
 // One int32 of caller memory: through memcpy on the host (the pointer may be
-// misaligned), a plain load on the device (int32 tensors are 4-byte aligned
-// there: the kernels' launch checks it).
+// misaligned), a load on the device (int32 tensors are 4-byte aligned there:
+// the kernels' launch checks it).
+template <IndexRead kRead = IndexRead::AfterWait>
 FSDPA_HOST_DEVICE int32_t load_index(const int32_t* data, int64_t offset) {
 #if defined(__CUDA_ARCH__)
+  if constexpr (kRead == IndexRead::BeforeWait) return __ldcg(data + offset);
   return data[offset];
 #else
   int32_t x;
@@ -69,8 +79,9 @@ FSDPA_HOST_DEVICE PageSlot page_slot(const KvIndex& kv, int64_t j) {
 
 // The pool page in column `column` of sequence b's row of the block table,
 // clamped into [0, num_pages) like the lengths.
+template <IndexRead kRead = IndexRead::AfterWait>
 FSDPA_HOST_DEVICE int64_t page_of(const KvIndex& kv, int64_t b, int64_t column) {
-  const int64_t page = load_index(
+  const int64_t page = load_index<kRead>(
       kv.block_table, b * kv.block_table_strides[0] + column * kv.block_table_strides[1]);
   return page < 0 ? 0 : (page >= kv.num_pages ? kv.num_pages - 1 : page);
 }
@@ -89,11 +100,12 @@ FSDPA_HOST_DEVICE int64_t row_offset(const KvStrides& s, int64_t outer, int64_t 
 }
 
 // Element offset of key j's row (column 0) of sequence b and kv head h.
+template <IndexRead kRead = IndexRead::AfterWait>
 FSDPA_HOST_DEVICE int64_t key_row_offset(const KvIndex& kv, const KvStrides& s, int64_t b,
                                          int64_t h, int64_t j) {
   if (kv.block_table == nullptr) return row_offset(s, b, h, j);
   const PageSlot slot = page_slot(kv, j);
-  return row_offset(s, page_of(kv, b, slot.column), h, slot.row);
+  return row_offset(s, page_of<kRead>(kv, b, slot.column), h, slot.row);
 }
 
 // The roles of a validated call's k or v strides (paged: a block table given).

@@ -132,16 +132,16 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // into the block): -0.6 us a call at Lk=32768, D=128 (bench/NOTES.md,
   // session 7). With per-sequence lengths, before decode_block's wait: its
   // split's first keys, from the block index alone (early_split_keys). A
-  // paged cache's block table may be written by the kernel before too: a
-  // stale page id (clamped into the pool by page_of) costs a useless
-  // prefetch, never a wrong read.
+  // paged cache's block table may be written by the kernel before too: its
+  // reads here bypass L1 (IndexRead::BeforeWait), and a stale page id
+  // (clamped into the pool by page_of) costs a useless prefetch, never a
+  // wrong read.
   auto prefetch_first_stages = [&](int batch, int kv_head, int begin, int end) {
     const int ahead = min(end - begin, (kStages - 1) * kStageKeys);
     if constexpr (kPacked) {  // the spans' whole 16-byte blocks
       if (tid < 2) {
         const T* rows = static_cast<const T*>(tid == 0 ? p.k : p.v) +
-                        batch * (tid == 0 ? p.k_strides : p.v_strides).outer +
-                        kv_head * (tid == 0 ? p.k_strides : p.v_strides).head;
+                        row_offset(tid == 0 ? p.k_strides : p.v_strides, batch, kv_head, 0);
         const int row_bytes = (tid == 0 ? p.head_dim_qk : p.head_dim_v) * int{sizeof(T)};
         const uintptr_t first_byte = reinterpret_cast<uintptr_t>(rows) + int64_t{begin} * row_bytes;
         const uintptr_t first = (first_byte + 15) & ~uintptr_t{15};
@@ -154,10 +154,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         const bool is_v = i >= ahead;
         if (is_v && p.v_aliases_k != 0) break;
         const int key = begin + (is_v ? i - ahead : i);
-        prefetch_l2(is_v ? static_cast<const T*>(p.v) +
-                               key_row_offset(p.kv, p.v_strides, batch, kv_head, key)
-                         : static_cast<const T*>(p.k) +
-                               key_row_offset(p.kv, p.k_strides, batch, kv_head, key),
+        const int64_t row = key_row_offset<IndexRead::BeforeWait>(
+            p.kv, is_v ? p.v_strides : p.k_strides, batch, kv_head, key);
+        prefetch_l2(static_cast<const T*>(is_v ? p.v : p.k) + row,
                     uint32_t(is_v ? p.head_dim_v : p.head_dim_qk) * uint32_t{sizeof(T)});
       }
     }
