@@ -54,9 +54,10 @@ FSDPA_HOST_DEVICE int32_t load_index(const int32_t* data, int64_t offset) {
 // Sequence b's key count, clamped into [0, len_k] (describe() rejects a
 // host-visible length outside it; a device-resident one is clamped so that
 // no key past the capacity is read).
+template <IndexRead kRead = IndexRead::AfterWait>
 FSDPA_HOST_DEVICE int64_t sequence_len_k(const KvIndex& kv, int64_t b) {
   if (kv.seq_lens_k == nullptr) return kv.len_k;
-  const int64_t len = load_index(kv.seq_lens_k, b * kv.seq_lens_stride);
+  const int64_t len = load_index<kRead>(kv.seq_lens_k, b * kv.seq_lens_stride);
   return len < 0 ? 0 : (len > kv.len_k ? kv.len_k : len);
 }
 

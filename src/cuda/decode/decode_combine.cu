@@ -98,26 +98,9 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     }
   };
   wait_for_previous_kernel();  // the split kernel's partials
-  // Partials and their (max, sum) in flight together. Without a list, the
-  // first batch loads with the sequence's length, over every split of the
-  // grid, and the splits past the sequence's are dropped after (a list
-  // plans many splits for sequences that use a few: loaded alike, their
-  // stale partials cost MLA B64 15%; bench/NOTES.md, session 35).
-  const bool list = p.split_slots != 0;
-  if (!list) load_batch(j);
   splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)),
                                           decode_kernel::batch_split_keys(p));
-  if (list) {
-    load_batch(j);
-  } else {
-#pragma unroll
-    for (int b = 0; b < kCombineBatch; ++b) {
-      if (j + b * subsets < splits) continue;
-#pragma unroll
-      for (int e = 0; e < Vec; ++e) v[b][e] = 0.f;
-      ms[b] = make_float2(kMinusInf, 0.f);
-    }
-  }
+  load_batch(j);  // partials and their (max, sum) in flight together
 
   // ---- the row's max: this thread's splits, then the block (max only: the
   // sums are weighted once, below, instead of merged pairwise on the way)

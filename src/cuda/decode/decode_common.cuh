@@ -179,37 +179,13 @@ __device__ __forceinline__ int split_item_block(const DecodeParams& p, int split
                   at % p.row_chunks);
 }
 
-// The block's place in the grid of every sequence's num_splits splits
-// (batch, kv head, key split, row chunk; the row chunk fastest), from its
-// index alone: it reads no length.
-__device__ __forceinline__ void place_block(const DecodeParams& p, int rows_per_block,
-                                            int64_t block, DecodeBlock& b) {
-  const int chunk = int(block % p.row_chunks);
-  block /= p.row_chunks;
-  b.split = int(block % p.num_splits);
-  block /= p.num_splits;
-  b.kv_head = int(block % p.heads_kv);
-  b.batch = int(block / p.heads_kv);
-  b.row0 = chunk * rows_per_block;
-  b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
-}
-
-// The keys of split `split` of split_keys keys: [x, y), within the tensor's.
-__device__ __forceinline__ int2 split_range(const DecodeParams& p, int split, int split_keys) {
-  const int begin = p.key_begin + split * split_keys;
-  return make_int2(begin, min(p.key_end, begin + split_keys));
-}
-
-// All 32 lanes of every warp of the block call it. A kernel compiled
-// without kList takes no list (the planner plans none for it).
-template <bool kList = true>
-__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
-                                                    int64_t block = blockIdx.x) {
+// The block of index `block` (decode_block), its length read as kRead says
+// (a list's places only after the wait).
+template <bool kList, IndexRead kRead>
+__device__ __forceinline__ DecodeBlock find_block(const DecodeParams& p, int rows_per_block,
+                                                  int64_t block) {
+  static_assert(!kList || kRead == IndexRead::AfterWait);
   DecodeBlock b;
-  // The lengths may be written by the kernel before in the stream: wait for
-  // it before reading them (the call gives up the overlap of set-up; see
-  // early_split_keys for what a kernel can start before).
-  if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
   const bool list = kList && p.split_slots != 0;
   b.valid = true;
   b.split_keys = p.keys_per_split;
@@ -220,29 +196,44 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
     b.valid = block >= 0;
     block = max(block, int64_t{0});
   }
-  place_block(p, rows_per_block, block, b);
+  const int chunk = int(block % p.row_chunks);
+  block /= p.row_chunks;
+  b.split = int(block % p.num_splits);
+  block /= p.num_splits;
+  b.kv_head = int(block % p.heads_kv);
+  b.batch = int(block / p.heads_kv);
+  b.row0 = chunk * rows_per_block;
+  b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
   if (!list) {
-    b.len_k = int(sequence_len_k(p.kv, b.batch));
+    b.len_k = int(sequence_len_k<kRead>(p.kv, b.batch));
     // The splits past a short sequence's end have nothing to do.
     b.valid = b.split < sequence_splits(p, b.len_k, b.split_keys);
   }
   return b;
 }
 
-// Before decode_block of a call with per-sequence lengths and no list: the
-// block's place (from its index) and its split's keys within the tensor's,
-// a superset of the keys it will read, for a prefetch into L2 before the
-// wait for the kernel before (which may write the lengths, not the place).
-// False where the call has no lengths (decode_block waits for nothing, and
-// the kernel prefetches the exact keys) or plans a list (a block's place
-// needs the lengths).
-template <bool kList>
-__device__ __forceinline__ bool early_split_keys(const DecodeParams& p, int rows_per_block,
-                                                 DecodeBlock& b, int2& keys) {
-  if (p.kv.seq_lens_k == nullptr || (kList && p.split_slots != 0)) return false;
-  place_block(p, rows_per_block, blockIdx.x, b);
-  keys = split_range(p, b.split, p.keys_per_split);
-  return true;
+// All 32 lanes of every warp of the block call it. A kernel compiled
+// without kList takes no list (the planner plans none for it).
+template <bool kList = true>
+__device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int rows_per_block,
+                                                    int64_t block = blockIdx.x) {
+  // The lengths may be written by the kernel before in the stream: wait for
+  // it before reading them (guess_block is what a kernel can know before).
+  if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
+  return find_block<kList, IndexRead::AfterWait>(p, rows_per_block, block);
+}
+
+// Before decode_block in a kernel compiled without lists (kList: a list
+// item's place needs every length): the block decode_block will find if the
+// kernel before leaves the length as it is, from a length read before the
+// wait (IndexRead::BeforeWait), for a prefetch into L2 that overlaps the
+// kernel before (which may write the lengths: decode_block waits for it
+// before reading them); a stale guess costs a useless prefetch. Without
+// lengths it is decode_block's block. False where it has nothing to do.
+__device__ __forceinline__ bool guess_block(const DecodeParams& p, int rows_per_block,
+                                            DecodeBlock& b) {
+  b = find_block</*kList=*/false, IndexRead::BeforeWait>(p, rows_per_block, blockIdx.x);
+  return b.valid;
 }
 
 // (query head, query position) of packed row r of the block.
@@ -332,10 +323,11 @@ __device__ __forceinline__ BlockKeys block_keys(const DecodeParams& p, const Dec
     common_begin = max(common_begin, __shfl_xor_sync(0xffffffffu, common_begin, offset));
     common_end = min(common_end, __shfl_xor_sync(0xffffffffu, common_end, offset));
   }
-  const int2 split = split_range(p, b.split, b.split_keys);
+  const int split_begin = p.key_begin + b.split * b.split_keys;
+  const int split_end = min(p.key_end, split_begin + b.split_keys);
   BlockKeys k;
-  k.begin = max(split.x, lo);
-  k.end = min(split.y, hi);
+  k.begin = max(split_begin, lo);
+  k.end = min(split_end, hi);
   k.common_begin = common_begin;
   k.common_end = min(common_end, k.end);
   return k;

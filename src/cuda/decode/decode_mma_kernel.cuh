@@ -130,12 +130,11 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // The first stages' K and V rows of keys [begin, end) of (batch, kv head)
   // into L2 while the kernel before may still run (a prefetch reads nothing
   // into the block): -0.6 us a call at Lk=32768, D=128 (bench/NOTES.md,
-  // session 7). With per-sequence lengths, before decode_block's wait: its
-  // split's first keys, from the block index alone (early_split_keys). A
-  // paged cache's block table may be written by the kernel before too: its
-  // reads here bypass L1 (IndexRead::BeforeWait), and a stale page id
-  // (clamped into the pool by page_of) costs a useless prefetch, never a
-  // wrong read.
+  // session 7). With per-sequence lengths, which decode_block reads only
+  // after the wait, from the block guess_block finds before it (-3 us at
+  // B=1, session 36); a kernel compiled for lists prefetches after the wait. The reads before the
+  // wait (a length, a paged cache's block table) bypass L1 (IndexRead::BeforeWait); a stale value
+  // (a page id clamped into the pool by page_of) costs a useless prefetch, never a wrong read.
   auto prefetch_first_stages = [&](int batch, int kv_head, int begin, int end) {
     const int ahead = min(end - begin, (kStages - 1) * kStageKeys);
     if constexpr (kPacked) {  // the spans' whole 16-byte blocks
@@ -154,17 +153,22 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
         const bool is_v = i >= ahead;
         if (is_v && p.v_aliases_k != 0) break;
         const int key = begin + (is_v ? i - ahead : i);
-        const int64_t row = key_row_offset<IndexRead::BeforeWait>(
-            p.kv, is_v ? p.v_strides : p.k_strides, batch, kv_head, key);
+        const KvStrides& strides = is_v ? p.v_strides : p.k_strides;
+        const int64_t row =
+            kPaged ? key_row_offset<IndexRead::BeforeWait>(p.kv, strides, batch, kv_head, key)
+                   : row_offset(strides, batch, kv_head, key);
         prefetch_l2(static_cast<const T*>(is_v ? p.v : p.k) + row,
                     uint32_t(is_v ? p.head_dim_v : p.head_dim_qk) * uint32_t{sizeof(T)});
       }
     }
   };
-  DecodeBlock early;
-  int2 early_keys;
-  const bool early_prefetch = early_split_keys<kList>(p, kRows, early, early_keys);
-  if (early_prefetch) prefetch_first_stages(early.batch, early.kv_head, early_keys.x, early_keys.y);
+  if constexpr (!kList) {
+    DecodeBlock guess;
+    if (guess_block(p, kRows, guess)) {
+      const BlockKeys keys = block_keys(p, guess);
+      prefetch_first_stages(guess.batch, guess.kv_head, keys.begin, keys.end);
+    }
+  }
   const DecodeBlock blk = decode_block<kList>(p, kRows);
   allow_next_launch();
   if (!blk.valid) return;  // nothing to do (decode_block)
@@ -358,7 +362,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                                           v_rows, p.v_strides.row, key0, key_end,
                                                           p.head_dim_v);
   };
-  if (!early_prefetch) prefetch_first_stages(blk.batch, blk.kv_head, key_begin, key_end);
+  // In a list (no guess): after the wait, dense caches only.
+  if constexpr (kList && !kPaged) prefetch_first_stages(blk.batch, blk.kv_head, key_begin, key_end);
   wait_for_previous_kernel();  // global memory from here on
 
   // ---- q rows (zeros past the real rows and Dqk), in stage 0's cp.async
