@@ -139,7 +139,7 @@ elif [ "$STAGES" = trace ]; then
   build_targets=(fsdpa_cli)  # fsdpa run --trace
 else
   build_targets=(fsdpa fsdpa_cli gpu_test_prefill gpu_test_unfused gpu_test_decode gpu_test_decode_vs_prefill
-    gpu_test_paged gpu_test_nan_policy gpu_test_tma)
+    gpu_test_paged gpu_test_nan_policy gpu_test_tma gpu_test_stream_order)
 fi
 ninja -C $BUILD -j16 "${build_targets[@]}" >>"$OUT/build.log" 2>&1 ||
   { grep -E -A12 "error|Error" "$OUT/build.log" | head -80; exit 1; }
@@ -224,6 +224,7 @@ run_gpu_suites() {
   run_test "$OUT/decode_tests.txt" "$3" gpu_test_paged
   run_test "$OUT/decode_tests.txt" "$3" gpu_test_nan_policy
   run_test "$OUT/decode_tests.txt" "$3" gpu_test_tma
+  run_test "$OUT/decode_tests.txt" "$3" gpu_test_stream_order
   cat "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt" >"$OUT/tests.log"
   rm -f "$OUT"/prefill_shard_*.txt "$OUT/unfused_tests.txt" "$OUT/decode_tests.txt"
   say "gpu tests: $(($(date +%s) - t0)) s"
@@ -553,7 +554,8 @@ if [ "$STAGES" = paged ]; then
     run_gpu_suites 200 150 90
   elif [ "${PAGED_SUITES:-decode}" != none ]; then
     t0=$(date +%s)
-    for suite in gpu_test_paged gpu_test_decode gpu_test_decode_vs_prefill gpu_test_tma; do
+    for suite in gpu_test_paged gpu_test_decode gpu_test_decode_vs_prefill gpu_test_tma \
+      gpu_test_stream_order; do
       run_test "$OUT/tests.log" 150 "$suite"
     done
     say "decode + paged gpu tests: $(($(date +%s) - t0)) s"
