@@ -131,10 +131,12 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // into L2 while the kernel before may still run (a prefetch reads nothing
   // into the block): -0.6 us a call at Lk=32768, D=128 (bench/NOTES.md,
   // session 7). With per-sequence lengths, which decode_block reads only
-  // after the wait, from the block guess_block finds before it (-3 us at
-  // B=1, session 36); a kernel compiled for lists prefetches after the wait. The reads before the
-  // wait (a length, a paged cache's block table) bypass L1 (IndexRead::BeforeWait); a stale value
-  // (a page id clamped into the pool by page_of) costs a useless prefetch, never a wrong read.
+  // after that wait, a kernel compiled without lists prefetches for the
+  // block guess_block finds before it (-3 us at B=1, session 36); one
+  // compiled for lists prefetches after the wait. The reads before the wait
+  // (a length, a paged cache's block table) bypass L1 (IndexRead::BeforeWait);
+  // a stale value (a page id clamped into the pool by page_of) costs a
+  // useless prefetch, never a wrong read.
   auto prefetch_first_stages = [&](int batch, int kv_head, int begin, int end) {
     const int ahead = min(end - begin, (kStages - 1) * kStageKeys);
     if constexpr (kPacked) {  // the spans' whole 16-byte blocks
