@@ -74,7 +74,8 @@ TEST(DecodeStreamOrder, LengthsAndTableWrittenByTheKernelBefore) {
         int32_t* table = paged ? static_cast<int32_t*>(device.tensors.block_table->data) : nullptr;
         int32_t* new_table = paged ? device_copy(d.table) : nullptr;
         const std::vector<int32_t> stale(static_cast<size_t>(batch), int32_t(c.capacity()));
-        cuda_ok(cudaMemcpy(lengths, stale.data(), stale.size() * 4, cudaMemcpyHostToDevice),
+        cuda_ok(cudaMemcpy(lengths, stale.data(), stale.size() * sizeof(int32_t),
+                           cudaMemcpyHostToDevice),
                 "stale lengths");
         if (paged) cuda_ok(cudaMemset(table, 0, d.table.size_bytes()), "stale table");
 

@@ -229,11 +229,9 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
 // wait (IndexRead::BeforeWait), for a prefetch into L2 that overlaps the
 // kernel before (which may write the lengths: decode_block waits for it
 // before reading them); a stale guess costs a useless prefetch. Without
-// lengths it is decode_block's block. False where it has nothing to do.
-__device__ __forceinline__ bool guess_block(const DecodeParams& p, int rows_per_block,
-                                            DecodeBlock& b) {
-  b = find_block</*kList=*/false, IndexRead::BeforeWait>(p, rows_per_block, blockIdx.x);
-  return b.valid;
+// lengths it is decode_block's block.
+__device__ __forceinline__ DecodeBlock guess_block(const DecodeParams& p, int rows_per_block) {
+  return find_block</*kList=*/false, IndexRead::BeforeWait>(p, rows_per_block, blockIdx.x);
 }
 
 // (query head, query position) of packed row r of the block.

@@ -317,12 +317,12 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 // of 8 or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList:
 // the blocks are a list of splits over the batch's lengths (decode_block).
 // kPairOut: split pairs of the only two splits, which write out themselves
-// (store_pair_merged). Template parameters, so that the dense kernel without a list keeps its
-// code, and a paged kernel holds the copies of its own page size only (with
-// the box count a run-time value, the copies of four boxes unrolled in the
-// fill and the refill made the kernel 2.2k instructions longer than the
-// dense one, and its loops missed the instruction cache: bench/NOTES.md,
-// session 32).
+// (store_pair_merged). Template parameters, so that the dense kernel without
+// a list keeps its code, and a paged kernel holds the copies of its own page
+// size only (with the box count a run-time value, the copies of four boxes
+// unrolled in the fill and the refill made the kernel 2.2k instructions
+// longer than the dense one, and its loops missed the instruction cache:
+// bench/NOTES.md, session 32).
 template <typename T, int kBoxes, bool kList, bool kPairOut>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,

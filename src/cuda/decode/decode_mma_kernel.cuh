@@ -165,8 +165,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     }
   };
   if constexpr (!kList) {
-    DecodeBlock guess;
-    if (guess_block(p, kRows, guess)) {
+    const DecodeBlock guess = guess_block(p, kRows);
+    if (guess.valid) {
       const BlockKeys keys = block_keys(p, guess);
       prefetch_first_stages(guess.batch, guess.kv_head, keys.begin, keys.end);
     }
