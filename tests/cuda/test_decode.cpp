@@ -629,6 +629,30 @@ TEST(Decode, OddPartialSizes) {
   }
 }
 
+// The combine's blocks (decode_combine.cu: combine_rows_log2): 1050 rows
+// outnumber a wave of blocks, so with few splits a block holds 2, 4 or 8
+// rows (the last block's partly past the end); 40 splits keep a row a
+// block. Dv 59 takes one float a column group, 72 a group count that is no
+// power of two, 512 two column parts a row.
+TEST(Decode, CombineLayouts) {
+  for (int64_t dv : {59, 64, 72, 128, 512}) {
+    for (int splits : {2, 3, 40}) {
+      Case c;
+      c.batch = 7;
+      c.heads_q = 15;
+      c.heads_kv = 3;
+      c.len_q = 10;
+      c.dqk = dv == 59 ? 64 : dv;
+      c.dv = dv;
+      c.v_aliases_k = dv == 59;
+      c.len_k = 3000;
+      c.splits = splits;
+      c.sinks = splits != 3;
+      run_case(c);
+    }
+  }
+}
+
 // ------------------------------------------------------------ semantics
 
 TEST(Decode, CausalFewQueries) {

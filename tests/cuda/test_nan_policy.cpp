@@ -97,6 +97,13 @@ std::vector<Case> nan_cases() {
       c.mask = MaskKind::Boolean;
       c.poisons = {{'v', 40, 2, kNaN}, {'v', 41, 5, kInf}};
       cases.push_back(c);
+      // 1024 rows of three splits: the combine holds several rows a block
+      // (combine_rows_log2) and repairs them warp by warp.
+      if (len_k == 300) {
+        c.batch = 64;
+        c.decode_splits = 3;
+        cases.push_back(c);
+      }
       c = base;
       c.poisons = {{'q', 0, 1, kNaN}};
       cases.push_back(c);
@@ -116,6 +123,11 @@ std::vector<Case> nan_cases() {
     c.poisons = {{'k', 398, 3, kNaN}};  // v's column 3 too: it is a view of k
     cases.push_back(c);
     c.decode_splits = 2;  // one split pair, which writes out itself
+    cases.push_back(c);
+    // 32 sequences of two split pairs: the combine merges 1024 row parts,
+    // four rows a block.
+    c.batch = 32;
+    c.decode_splits = 4;
     cases.push_back(c);
   }
   return cases;
