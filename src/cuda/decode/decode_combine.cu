@@ -213,11 +213,12 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     p.lse[batch * p.lse_strides.batch + head * p.lse_strides.head + i * p.lse_strides.row] =
         decode_kernel::row_lse({top, base, sum});
   // The NaN/Inf policy: a row with a non-finite value is recomputed
-  // (cuda/common/exact_row.cuh). Each warp stored columns 32 apart from
-  // each other of kRowThreads, 32 consecutive ones at a time, and
-  // recomputes those, with no block barrier. A non-finite lse comes with
-  // non-finite values in every column (the max or the sum is not finite),
-  // so the warp that holds column 0 of the first part rewrites it.
+  // (cuda/common/exact_row.cuh). Each warp stored runs of 32 consecutive
+  // columns, kRowThreads apart (one run where the part has no more columns
+  // than the row has threads), and recomputes those, with no block barrier.
+  // A non-finite lse comes with non-finite values in every column (the max
+  // or the sum is not finite), so the warp that holds column 0 of the first
+  // part rewrites it.
   if (__any_sync(0xffffffffu, bad)) {
     const int len_k = int(sequence_len_k(p.kv, batch));
     for (int d0 = in_row - lane; d0 < columns; d0 += kRowThreads)
