@@ -235,6 +235,24 @@ TEST(PagedDecode, MlaPages) {
   }
 }
 
+// One sequence plans no list, so even key splits run as split pairs
+// (two-block clusters) also where its own length ends in a pair's first
+// split: that pair's second block has no keys and still stages its empty rows
+// for the partner's merge. Lengths 0, 40 (one split) and 300 (three) of a
+// capacity of 480, dense and paged; two splits (the pair writes out) and four.
+TEST(PagedDecode, MlaPairsPastTheLength) {
+  PagedCase mla = base();
+  mla.dqk = 576, mla.dv = 512, mla.mla_alias = true, mla.heads_q = 16, mla.heads_kv = 1;
+  mla.batch = 1, mla.max_pages = 30;
+  for (const bool paged : {false, true})
+    for (const int splits : {2, 4})
+      for (const int32_t length : {0, 40, 300}) {
+        PagedCase c = mla;
+        c.paged = paged, c.lengths = {length};
+        run_case(c, splits);
+      }
+}
+
 TEST(PagedDecode, PageSizes) {
   for (int64_t page : {1, 16, 64, 256, 48}) {
     PagedCase c = base();

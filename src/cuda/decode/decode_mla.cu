@@ -372,7 +372,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   }
   const DecodeBlock blk = decode_block<kList>(p, kMlaRows, heavy_chunks_first(p, block));
   allow_next_launch();
-  if (!blk.valid) return;  // nothing to do (decode_block; no pairs in a list)
+  // Nothing to do past the sequence's last split (decode_block; a list holds
+  // no such block). A pair runs where its first split has keys: where the
+  // sequence ends in that split (one sequence with its own length, so no
+  // list), the second block runs with none, since its partner merges its
+  // rows through the cluster (store_pair_merged).
+  const bool runs =
+      pairs ? blk.split / 2 * 2 < sequence_splits(p, blk.len_k, blk.split_keys) : blk.valid;
+  if (!runs) return;
   const BlockKeys keys = block_keys(p, blk);
   // Tiles start on multiples of 32 keys: on a paged cache (pages of 8 or 16
   // rows, or of a multiple of 32: see decode_mla_supports) a tile is then one
