@@ -149,9 +149,6 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   wait_for_previous_kernel();  // the split kernel's partials
   splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)),
                                           decode_kernel::batch_split_keys(p));
-  // A row its one split wrote itself: nothing to load, nothing to store.
-  const bool written = p.one_split_written != 0 && splits == 1;
-  if (written) splits = 0;
   load_batch(j);  // partials and their (max, sum) in flight together
 
   // ---- the row's max: this thread's splits, then the row's warps (max
@@ -195,7 +192,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     if (g == 0) subset_sum_s[row_base + j] = weight_sum;
   }
   __syncthreads();
-  if (!real_row || written) return;
+  if (!real_row) return;
 
   float sum = exp2f(sink - base);
   for (int k = 0; k < subsets; ++k) sum += subset_sum_s[row_base + k];

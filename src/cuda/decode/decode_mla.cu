@@ -70,19 +70,6 @@ __host__ __device__ __forceinline__ bool staged_partials(const DecodeParams& p) 
          reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
 }
 
-// The splits as split pairs see them (split k: splits 2k and 2k + 1): half
-// as many, of twice the keys and twice the multiple; in a list of splits, a
-// sequence of the batch's mean length in half the slots (rounded up). The
-// list over pairs walks these, and the combine after pairs reads them.
-__host__ __device__ __forceinline__ DecodeParams pair_level(const DecodeParams& p) {
-  DecodeParams m = p;
-  m.num_splits = p.num_splits / 2;
-  m.keys_per_split = p.keys_per_split * 2;
-  m.split_keys_multiple = p.split_keys_multiple * 2;
-  m.split_slots = (p.split_slots + 1) / 2;
-  return m;
-}
-
 // The kernel's device code, compiled for sm_90a only: elsewhere the kernel
 // body is empty and these would be unused (an error with FSDPA_WERROR).
 #if FSDPA_WGMMA_ARCH
@@ -329,11 +316,8 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 // table, a tile in kBoxes boxes of 32 / kBoxes rows of one page each (pages
 // of 8 or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList:
 // the blocks are a list of splits over the batch's lengths (decode_block).
-// kPairOut: split pairs, which write out themselves where a pair holds every
-// key of its sequence (store_pair_merged): without a list, pairs of the only
-// two splits; with one, a list over pairs (pair_level), where a sequence of
-// one pair writes out and the others leave partials for the combine.
-// Template parameters, so that the dense kernel without
+// kPairOut: split pairs of the only two splits, which write out themselves
+// (store_pair_merged). Template parameters, so that the dense kernel without
 // a list keeps its code, and a paged kernel holds the copies of its own page
 // size only (with the box count a run-time value, the copies of four boxes
 // unrolled in the fill and the refill made the kernel 2.2k instructions
@@ -379,30 +363,22 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const bool issuer = threadIdx.x == 128;
 
   // Split pairs: consecutive blocks are splits 2k and 2k + 1 of one row chunk
-  // (decode_block's order has the row chunk fastest); in a list over pairs,
-  // the two halves of one of its items.
+  // (decode_block's order has the row chunk fastest).
   const bool pairs = cluster_blocks() == 2;
   int64_t block = blockIdx.x;
-  if (pairs && !kList) {
+  if (pairs) {
     const int64_t split = block % p.num_splits, rest = block / p.num_splits;
     block = (rest / p.row_chunks * p.num_splits + split) * p.row_chunks + rest % p.row_chunks;
   }
-  DecodeBlock blk;
-  if constexpr (kList && kPairOut) {
-    blk = decode_block(pair_level(p), kMlaRows, heavy_chunks_first(p, block / 2));
-    blk.split = blk.split * 2 + static_cast<int>(cluster_rank());
-    blk.split_keys /= 2;  // pair_level's split keys are a multiple of twice the multiple
-  } else {
-    blk = decode_block<kList>(p, kMlaRows, heavy_chunks_first(p, block));
-  }
+  const DecodeBlock blk = decode_block<kList>(p, kMlaRows, heavy_chunks_first(p, block));
   allow_next_launch();
-  // Nothing to do past the sequence's last split (decode_block) or the
-  // list's last item. A pair runs where its first split has keys: where the
-  // sequence ends in that split, the second block runs with none, since its
-  // partner merges its rows through the cluster (store_pair_merged).
-  const bool runs = pairs && !kList
-                        ? blk.split / 2 * 2 < sequence_splits(p, blk.len_k, blk.split_keys)
-                        : blk.valid;
+  // Nothing to do past the sequence's last split (decode_block; a list holds
+  // no such block). A pair runs where its first split has keys: where the
+  // sequence ends in that split (one sequence with its own length, so no
+  // list), the second block runs with none, since its partner merges its
+  // rows through the cluster (store_pair_merged).
+  const bool runs =
+      pairs ? blk.split / 2 * 2 < sequence_splits(p, blk.len_k, blk.split_keys) : blk.valid;
   if (!runs) return;
   const BlockKeys keys = block_keys(p, blk);
   // Tiles start on multiples of 32 keys: on a paged cache (pages of 8 or 16
@@ -648,15 +624,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     // Every wgmma and TMA use of the K stages is complete (waited above).
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     float* const staging = reinterpret_cast<float*>(q_ptr + kMlaQBytes);
-    // A pair writes out where it holds every key of its sequence: always
-    // without a list (two splits), in a list where the sequence is one pair.
-    const bool whole = kPairOut && (!kList || sequence_splits(p, blk.len_k, blk.split_keys) <= 2);
-    if (pairs && whole)
-      store_pair_merged<T, true>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup,
-                                 warp, group, quad);
-    else if (pairs)
-      store_pair_merged<T, false>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup,
-                                  warp, group, quad);
+    if (pairs)
+      store_pair_merged<T, kPairOut>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup,
+                                     warp, group, quad);
     else
       store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
@@ -670,9 +640,7 @@ using MlaKernel = void (*)(DecodeParams, TileMap, TileMap, int);
 
 template <typename T, int kBoxes>
 MlaKernel mla_kernel(bool list, bool pair_out) {
-  if (list)
-    return pair_out ? decode_mla_kernel<T, kBoxes, true, true>
-                    : decode_mla_kernel<T, kBoxes, true, false>;
+  if (list) return decode_mla_kernel<T, kBoxes, true, false>;
   return pair_out ? decode_mla_kernel<T, kBoxes, false, true>
                   : decode_mla_kernel<T, kBoxes, false, false>;
 }
@@ -689,15 +657,13 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
                                   static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaTileK)))
             : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
                                   kMlaTileK);
+  const int64_t blocks = decode_grid_blocks(p);
   // Split pairs merge in two-block clusters where the splits pair up and the
   // partials are staged: the combine then reads half the partials (MLA 32.1
-  // -> 30.9 us a call, bench/NOTES.md, session 9). A list of splits over the
-  // lengths (decode_block) is then a list over pairs (pair_level), two
-  // blocks an item.
-  const bool list = p.split_slots != 0;
-  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p);
-  const int64_t blocks =
-      list && pairs ? 2 * decode_grid_blocks(pair_level(p)) : decode_grid_blocks(p);
+  // -> 30.9 us a call, bench/NOTES.md, session 9); not where the blocks are
+  // a list of splits over the lengths (decode_block), whose neighbours need
+  // not be one row chunk's.
+  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p) && p.split_slots == 0;
   // Q by TMA where a box of 64 / Lq heads x Lq rows is a block's 64 packed
   // rows, and the heads are not broadcast (stride 0: the map would hold one
   // head). Else by cp.async (load_q). Read by TMA once for both blocks of a
@@ -710,10 +676,9 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
     q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
                                 kMlaRows / p.len_q);
   }
-  // A pair that holds every key of its sequence writes out itself: without a
-  // list, pairs of the only two splits (no combine); in a list, a sequence's
-  // only pair (the combine leaves its rows).
-  const bool pair_out = pairs && (list || p.num_splits == 2);
+  const bool list = p.split_slots != 0;
+  // A pair of the only two splits writes out itself: no combine.
+  const bool pair_out = pairs && p.num_splits == 2;
   // A paged pool's page size is one mla_tile_boxes takes (decode_mla_supports).
   const int boxes = paged ? mla_tile_boxes(p.kv.page_size) : 0;
   if (paged && boxes == 0)
@@ -740,9 +705,9 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
                                kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
                                q_map, q_by_tma ? 1 : 0);
-  if (p.num_splits > 1 && !(pair_out && !list)) {
-    DecodeParams merged = pairs ? pair_level(p) : p;
-    merged.one_split_written = pair_out ? 1 : 0;
+  if (p.num_splits > 1 && !pair_out) {
+    DecodeParams merged = p;
+    if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
     launch_decode_combine<T>(merged, stream);
   }
 }

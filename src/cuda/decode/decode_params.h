@@ -49,10 +49,6 @@ struct DecodeParams : AttentionParams {
   // The splits of each row chunk run as one cluster and merge there
   // (store_cluster_rows): no partials in the workspace, no combine kernel.
   int32_t cluster_merge = 0;
-  // For the combine after a list of split pairs (decode_mla.cu): the rows of
-  // a sequence of one (pair's) split were written by the pair itself, and the
-  // combine leaves them.
-  int32_t one_split_written = 0;
 };
 
 // The split kernels' grid. A list holds at most batch x (split_slots + 1) x
