@@ -386,6 +386,10 @@ int64_t env_integer(const char* name, int64_t min, int64_t max, int64_t absent) 
   return value;
 }
 
+int64_t shared_memory_limit() {
+  return env_integer(kEnvSharedMemoryLimit, 0, std::numeric_limits<int32_t>::max(), -1);
+}
+
 Policy resolve_policy(const Options& options) {
   if (options.policy) return *options.policy;
   const char* env = std::getenv(kEnvPolicy);

@@ -51,8 +51,14 @@ inline constexpr const char* kEnvPolicy = "FSDPA_POLICY";
 inline constexpr const char* kEnvNumThreads = "FSDPA_NUM_THREADS";
 inline constexpr const char* kEnvCpuIsa = "FSDPA_CPU_ISA";
 inline constexpr const char* kEnvDecodeSplits = "FSDPA_DECODE_SPLITS";
+inline constexpr const char* kEnvSharedMemoryLimit = "FSDPA_SHARED_MEMORY_LIMIT";
 inline constexpr const char* kPlanEnvironment[] = {kEnvPolicy, kEnvNumThreads, kEnvCpuIsa,
-                                                   kEnvDecodeSplits};
+                                                   kEnvDecodeSplits, kEnvSharedMemoryLimit};
+
+// FSDPA_SHARED_MEMORY_LIMIT=N: plan as if a CUDA block could opt into at
+// most N bytes of shared memory (tests of the tilings for GPUs with less
+// than the one at hand: 101376 is sm_86/89's, 166912 sm_80's); -1 unset.
+int64_t shared_memory_limit();
 
 // Whether the call writes any element: of out (B, Hq, Lq and Dv all above
 // 0) or of lse (B, Hq and Lq above 0, lse asked for). A call that writes

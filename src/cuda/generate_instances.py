@@ -43,12 +43,25 @@ PREFILL_PAIRS = ([(d, d) for d in range(16, 257, 16)] + [(96, 64), (192, 128)] +
 # (config.h's hopper_fits, which the dispatch table asserts pair by pair).
 WGMMA_EXCLUDED = {(576, 256)}
 PREFILL_DTYPES = [("bf16", "__nv_bfloat16"), ("f16", "__half")]
+# The mma.sync kernel has a tiling per shared-memory budget (config.h's
+# kPrefillSharedBudgets: sm_90, sm_80, sm_86/89), each a launch of its own
+# (launch_prefill's last template argument); where two budgets take the same
+# tile, their launches share one kernel.
+PREFILL_SHARED_CLASSES = 3
 # (file prefix, kernel header, launch function, architecture it needs, the
 # macro CMake defines for that architecture)
 PREFILL_KERNELS = [
     ("prefill", "kernel.cuh", "launch_prefill", "any", None),
     ("prefill_hopper", "hopper_kernel.cuh", "launch_prefill_hopper", "90a", "FSDPA_WGMMA_KERNELS"),
 ]
+
+
+def prefill_launches(launch, qk, dv, ctype):
+    """The launch functions of one (kernel, pair, dtype): one per shared-memory
+    class for the mma.sync kernel, one for the wgmma kernel."""
+    if launch == "launch_prefill":
+        return [f"{launch}<{qk}, {dv}, {ctype}, {c}>" for c in range(PREFILL_SHARED_CLASSES)]
+    return [f"{launch}<{qk}, {dv}, {ctype}>"]
 
 # ------------------------------------------------------------------ decode
 # A problem runs the smallest pair (by Dqk + Dv) that covers both of its head
@@ -84,16 +97,19 @@ def prefill_instance_file(header, launch, qk, dv, ctype):
         BANNER
         + f'#include "cuda/prefill/{header}"\n\n'
         + "namespace fsdpa::detail::cuda {\n\n"
-        + f"template void {launch}<{qk}, {dv}, {ctype}>(const PrefillParams&, cudaStream_t);\n\n"
-        + "}  // namespace fsdpa::detail::cuda\n"
+        + "".join(f"template void {f}(const PrefillParams&, cudaStream_t);\n"
+                  for f in prefill_launches(launch, qk, dv, ctype))
+        + "\n}  // namespace fsdpa::detail::cuda\n"
     )
 
 
 def prefill_instances_header():
     lines = [
         BANNER,
-        "// The prefill instances: one per (kernel, Dqk bucket, Dv bucket, dtype);\n",
-        "// each is compiled in instances/<kernel>_<qk>x<dv>_<dtype>.cu when\n",
+        "// The prefill instances: one per (kernel, Dqk bucket, Dv bucket, dtype),\n",
+        "// the mma.sync kernel's one per shared-memory class too (config.h's\n",
+        "// kPrefillSharedBudgets); each is compiled in\n",
+        "// instances/<kernel>_<qk>x<dv>_<dtype>.cu when\n",
         "// FSDPA_HEAD_DIMS selects the pair (CMake defines\n",
         "// FSDPA_BUILT_PREFILL_<qk>x<dv>) and, for the wgmma kernel, when\n",
         "// FSDPA_CUDA_ARCHS has 90a (CMake defines FSDPA_WGMMA_KERNELS).\n",
@@ -103,16 +119,16 @@ def prefill_instances_header():
         "namespace fsdpa::detail::cuda {\n\n",
     ]
     for _, _, launch, _, _ in PREFILL_KERNELS:
-        lines.append("template <int kDqk, int kDv, typename T>\n")
+        classes = ", int kSharedClass" if launch == "launch_prefill" else ""
+        lines.append(f"template <int kDqk, int kDv, typename T{classes}>\n")
         lines.append(f"void {launch}(const PrefillParams& params, cudaStream_t stream);\n")
     lines.append("\n")
     for prefix, _, launch, _, arch_macro in PREFILL_KERNELS:
         for qk, dv in prefill_kernel_pairs(prefix):
             lines.append(f"#if {prefill_built(qk, dv, arch_macro)}\n")
             for _, ctype in PREFILL_DTYPES:
-                lines.append(
-                    f"extern template void {launch}<{qk}, {dv}, {ctype}>(const PrefillParams&, cudaStream_t);\n"
-                )
+                for f in prefill_launches(launch, qk, dv, ctype):
+                    lines.append(f"extern template void {f}(const PrefillParams&, cudaStream_t);\n")
             lines.append("#endif\n")
     lines.append("\n}  // namespace fsdpa::detail::cuda\n")
     return "".join(lines)
@@ -122,26 +138,28 @@ def prefill_dispatch_header():
     lines = [
         BANNER,
         "// The compiled-bucket table read by the prefill rows of the selection\n",
-        "// table (prefill.cu): per pair, the mma.sync launches and, where built,\n",
-        "// the wgmma launches (null otherwise).\n",
+        "// table (prefill.cu): per pair, the mma.sync launches (one per\n",
+        "// shared-memory class) and, where built, the wgmma launches (null\n",
+        "// otherwise).\n",
         "#pragma once\n\n",
         '#include "cuda/prefill/config.h"\n#include "cuda/prefill/instances.h"\n\n',
         "namespace fsdpa::detail::cuda {\n\n",
         "using PrefillLaunch = void (*)(const PrefillParams&, cudaStream_t);\n\n",
         "struct PrefillInstance {\n",
         "  int head_dim_qk_bucket;\n  int head_dim_v_bucket;\n  bool compiled;\n",
-        "  PrefillLaunch bf16;\n  PrefillLaunch f16;\n",
+        "  PrefillLaunch bf16[kPrefillSharedClasses];\n  PrefillLaunch f16[kPrefillSharedClasses];\n",
         "  PrefillLaunch hopper_bf16;\n  PrefillLaunch hopper_f16;\n};\n\n",
         "inline constexpr PrefillInstance kPrefillInstances[] = {\n",
     ]
     hopper_prefix, _, hopper_launch, _, hopper_macro = PREFILL_KERNELS[1]
     for qk, dv in PREFILL_PAIRS:
         lines.append(f"#if {prefill_built(qk, dv, None)}\n")
-        fns = ", ".join(f"&launch_prefill<{qk}, {dv}, {ctype}>" for _, ctype in PREFILL_DTYPES)
+        fns = ", ".join("{" + ", ".join(f"&{f}" for f in prefill_launches("launch_prefill", qk, dv, ctype))
+                        + "}" for _, ctype in PREFILL_DTYPES)
         if (qk, dv) not in prefill_kernel_pairs(hopper_prefix):
             lines.append(f"    {{{qk}, {dv}, true, {fns}, nullptr, nullptr}},\n")
             lines.append("#else\n")
-            lines.append(f"    {{{qk}, {dv}, false, nullptr, nullptr, nullptr, nullptr}},\n")
+            lines.append(f"    {{{qk}, {dv}, false, {{}}, {{}}, nullptr, nullptr}},\n")
             lines.append("#endif\n")
             continue
         lines.append(f"#if defined({hopper_macro})\n")
@@ -151,9 +169,16 @@ def prefill_dispatch_header():
         lines.append(f"    {{{qk}, {dv}, true, {fns}, nullptr, nullptr}},\n")
         lines.append("#endif\n")
         lines.append("#else\n")
-        lines.append(f"    {{{qk}, {dv}, false, nullptr, nullptr, nullptr, nullptr}},\n")
+        lines.append(f"    {{{qk}, {dv}, false, {{}}, {{}}, nullptr, nullptr}},\n")
         lines.append("#endif\n")
     lines.append("};\n\n")
+    lines.append(f"static_assert(kPrefillSharedClasses == {PREFILL_SHARED_CLASSES}, "
+                 '"generate_instances.py: PREFILL_SHARED_CLASSES");\n')
+    for qk, dv in PREFILL_PAIRS:
+        for c in range(PREFILL_SHARED_CLASSES):
+            lines.append(f"static_assert(prefill_shared_bytes({qk}, {dv}, 2, {c}) <= "
+                         f'kPrefillSharedBudgets[{c}], "the mma.sync tile of {qk}/{dv} for '
+                         f'shared-memory class {c} fits its budget");\n')
     for qk, dv in PREFILL_PAIRS:
         fits = (qk, dv) in prefill_kernel_pairs(hopper_prefix)
         lines.append(f"static_assert({'' if fits else '!'}hopper_fits({qk}, {dv}), "

@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "core/validate.h"
 #include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail {
@@ -46,9 +47,11 @@ inline Verdict dense_kv_only(const Problem& p) {
 inline Verdict fits_shared_memory(const std::string& kernel, size_t needed, size_t allowed,
                                   const Problem& p) {
   if (needed <= allowed) return Verdict::yes();
-  return Verdict::no(kernel + " needs " + std::to_string(needed) +
-                     " bytes of shared memory a block, device cuda:" +
-                     std::to_string(p.device.index) + " allows " + std::to_string(allowed));
+  const bool limited = shared_memory_limit() == static_cast<int64_t>(allowed);
+  return Verdict::no(
+      kernel + " needs " + std::to_string(needed) +
+      " bytes of shared memory a block, device cuda:" + std::to_string(p.device.index) +
+      " allows " + std::to_string(allowed) + (limited ? " (FSDPA_SHARED_MEMORY_LIMIT)" : ""));
 }
 
 struct KernelRow {

@@ -445,6 +445,29 @@ TEST(CudaDecodeSharedMemory, TilingsLargerThanTheDeviceAllowsAreDeclined) {
   EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
 }
 
+// FSDPA_SHARED_MEMORY_LIMIT: the bytes a block may opt into as planning sees
+// them (every CUDA row's shared-memory check reads it); -1 unset; the one
+// parsing rule of the FSDPA_* integers.
+TEST(CudaSharedMemoryLimit, ParsedAsEveryIntegerVariable) {
+  {
+    EnvGuard env("FSDPA_SHARED_MEMORY_LIMIT", nullptr);
+    EXPECT_EQ(detail::shared_memory_limit(), -1);
+  }
+  {
+    EnvGuard env("FSDPA_SHARED_MEMORY_LIMIT", "101376");
+    EXPECT_EQ(detail::shared_memory_limit(), 101376);
+  }
+  EnvGuard env("FSDPA_SHARED_MEMORY_LIMIT", "99k");
+  try {
+    (void)detail::shared_memory_limit();
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(),
+                 "fsdpa: FSDPA_SHARED_MEMORY_LIMIT: expected an integer from 0 to 2147483647, got "
+                 "'99k'");
+  }
+}
+
 // A batch with per-sequence lengths plans a list of splits: the most splits
 // one sequence can take (the grid's bound without a list, the partials'
 // slots) and the splits of a sequence of the batch's mean length, which

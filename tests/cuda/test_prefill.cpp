@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/env_guard.h"
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_config.h"
 #include "cuda/prefill/config.h"
@@ -431,6 +432,96 @@ class PrefillSemantics : public ::testing::TestWithParam<Case> {};
 TEST_P(PrefillSemantics, MatchesReference) { expect_case(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Grid, PrefillSemantics, ::testing::ValuesIn(semantic_cases()),
                          [](const auto& test_info) { return test_info.param.name(); });
+
+// --------------------------------------------------------------- smaller GPUs
+
+// The mma.sync row (the kernel of sm_80-sm_89 GPUs) under the shared memory
+// of an A100 (163 KB a block) and of sm_86/sm_89 (99 KB): every bucket above
+// 128 takes its tile for that budget (config.h's prefill_tile), fused and
+// right, with every semantic on some case.
+struct BudgetCase {
+  int budget;  // bytes a block may opt into
+  Case c;
+};
+
+std::vector<BudgetCase> budget_cases() {
+  const std::pair<int64_t, int64_t> dims[] = {{144, 144}, {200, 200}, {256, 256}, {192, 128},
+                                              {288, 288}, {320, 320}, {384, 384}, {440, 440},
+                                              {512, 512}, {576, 512}};
+  std::vector<BudgetCase> cases;
+  int k = 0;
+  for (int class_index = 1; class_index < detail::cuda::kPrefillSharedClasses; ++class_index)
+    for (auto [qk, dv] : dims) {
+      Case c;
+      c.head_dim_qk = qk;
+      c.head_dim_v = dv;
+      c.dtype = k % 2 ? DType::F16 : DType::BF16;
+      c.len_q = k % 3 ? 131 : 70;
+      c.len_k = k % 3 ? 211 : 300;
+      c.heads_q = 4;
+      c.heads_kv = k % 2 ? 4 : 2;
+      c.causal = k % 2 == 0;
+      c.align = k % 4 == 2 ? CausalAlign::TopLeft : CausalAlign::BottomRight;
+      c.sinks = k % 3 == 1;
+      c.softcap = k % 4 == 3 ? 30.0 : 0.0;
+      c.window = k % 5 == 4 ? 60 : 0;
+      if (k % 7 == 5) c.mask = MaskKind::Boolean, c.fully_masked_rows = true;
+      c.lse = k % 2 == 0;
+      c.row = "cuda_fused_prefill";
+      cases.push_back({detail::cuda::kPrefillSharedBudgets[class_index], c});
+      ++k;
+    }
+  return cases;
+}
+
+class PrefillSharedBudgets : public ::testing::TestWithParam<BudgetCase> {};
+TEST_P(PrefillSharedBudgets, MatchesReference) {
+  const BudgetCase& b = GetParam();
+  const Case& c = b.c;
+  if (!compiled_for(c.head_dim_qk, c.head_dim_v))
+    GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
+  if (detail::cuda::device_info(0).compute_capability < 80) GTEST_SKIP() << "below sm_80";
+  const test::EnvGuard limit("FSDPA_SHARED_MEMORY_LIMIT", std::to_string(b.budget).c_str());
+  std::mt19937_64& rng = test_rng();
+  const Outcome fused = run_case(c, rng);
+  ASSERT_TRUE(fused.declined.empty()) << fused.declined;
+  SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
+  const detail::cuda::PrefillTile tile =
+      detail::cuda::prefill_tile(static_cast<int>(fused.plan.head_dim_qk_bucket),
+                                 static_cast<int>(fused.plan.head_dim_v_bucket), b.budget);
+  EXPECT_EQ(fused.plan.tile_q, detail::cuda::prefill_tile_q(tile));
+  EXPECT_EQ(fused.plan.tile_k, tile.tile_k);
+  EXPECT_LE(
+      detail::cuda::prefill_shared_bytes(tile, static_cast<int>(fused.plan.head_dim_qk_bucket),
+                                         static_cast<int>(fused.plan.head_dim_v_bucket), 2),
+      b.budget);
+  EXPECT_EQ(fused.unwritten, 0);
+  EXPECT_EQ(fused.padding_touched, 0);
+  EXPECT_LE(fused.relative_error, tolerance(c.dtype, c.allow_tf32));
+  EXPECT_LE(fused.lse_error, 1e-3);
+}
+INSTANTIATE_TEST_SUITE_P(Grid, PrefillSharedBudgets, ::testing::ValuesIn(budget_cases()),
+                         [](const auto& test_info) {
+                           return test_info.param.c.name() + "_smem" +
+                                  std::to_string(test_info.param.budget / 1024) + "k";
+                         });
+
+// Below the smallest budget the mma.sync row declines with the bytes it
+// needs and the limit that denied them.
+TEST(PrefillSharedBudgets, BelowTheSmallestBudgetNamesTheLimit) {
+  if (!compiled_exactly(128, 128)) GTEST_SKIP() << "128 bucket not compiled";
+  const test::EnvGuard limit("FSDPA_SHARED_MEMORY_LIMIT", "49152");
+  Case c;
+  c.head_dim_qk = c.head_dim_v = 128;
+  c.row = "cuda_fused_prefill";
+  const Outcome fused = run_case(c, test_rng());
+  EXPECT_NE(fused.declined.find("bucket 128/128 needs " +
+                                std::to_string(detail::cuda::prefill_shared_bytes(128, 128, 2, 2)) +
+                                " bytes of shared memory a block, device cuda:0 allows 49152 "
+                                "(FSDPA_SHARED_MEMORY_LIMIT)"),
+            std::string::npos)
+      << fused.declined;
+}
 
 // --------------------------------------------------------------- selection
 

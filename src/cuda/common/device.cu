@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/validate.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
 #include "fsdpa/fsdpa.h"
@@ -119,6 +120,12 @@ const DeviceInfo& device_info(int index) {
     cache[static_cast<size_t>(index)] = std::move(info);
   }
   return *cache[static_cast<size_t>(index)];
+}
+
+size_t block_shared_memory(int index) {
+  const size_t device = device_info(index).shared_memory_per_block_optin;
+  const int64_t limit = shared_memory_limit();
+  return limit >= 0 && static_cast<size_t>(limit) < device ? static_cast<size_t>(limit) : device;
 }
 
 StreamWorkspace::StreamWorkspace(size_t bytes, int device_index, void* stream) : stream_(stream) {

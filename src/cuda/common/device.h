@@ -25,6 +25,11 @@ struct DeviceInfo {
 // Properties of device `index`, read once and cached. Throws DeviceError.
 const DeviceInfo& device_info(int index);
 
+// The shared memory a block may opt into on device `index` as planning sees
+// it: the device's, or FSDPA_SHARED_MEMORY_LIMIT where that is less (tests
+// of the tilings for smaller GPUs). Every row's fits check reads it.
+size_t block_shared_memory(int index);
+
 // Why device `index` cannot run the sm_90a kernels (wgmma, TMA), or empty
 // when it can or is not there to ask (plan() on a machine without a GPU).
 std::string wgmma_device_mismatch(int index);

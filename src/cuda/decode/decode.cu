@@ -159,7 +159,7 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
         ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
         "; see FSDPA_HEAD_DIMS)");
   if (has_device(p.device.index))
-    return decode_fits_shared_memory(p, device_info(p.device.index).shared_memory_per_block_optin);
+    return decode_fits_shared_memory(p, block_shared_memory(p.device.index));
   return Verdict::yes();
 }
 

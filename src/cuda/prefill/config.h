@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 #include "cuda/common/staged_copy.h"
 
@@ -21,10 +22,24 @@ constexpr int max_bucket(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return head_dim_qk_bucket > head_dim_v_bucket ? head_dim_qk_bucket : head_dim_v_bucket;
 }
 
-// Opt-in shared memory per block: 227 KB on sm_90 (163 KB on sm_80, 99 KB on
-// sm_86/89). The large buckets are sized for sm_90; where a device allows
-// less, the row declines them and says so (prefill.cu's fits_shared_memory).
+// Opt-in shared memory per block: 227 KB on sm_90 (and sm_100), 163 KB on
+// sm_80 (and sm_87), 99 KB on sm_86/89 (and sm_120). The wgmma and decode
+// tilings are sized for sm_90; the mma.sync prefill kernel, the one GPUs
+// before Hopper run, has a tiling per budget (prefill_tile), so that every
+// bucket runs fused on each of them.
 constexpr int kSm90SharedBytes = 227 * 1024;
+constexpr int kPrefillSharedBudgets[] = {kSm90SharedBytes, 163 * 1024, 99 * 1024};
+constexpr int kPrefillSharedClasses = 3;
+static_assert(sizeof(kPrefillSharedBudgets) / sizeof(int) == kPrefillSharedClasses,
+              "one budget a class");
+
+// The class of the largest budget a block of `bytes` of opt-in shared memory
+// holds; -1 when it holds none (below 99 KB: no GPU that runs mma.sync bf16).
+constexpr int prefill_shared_class(long long bytes) {
+  for (int c = 0; c < kPrefillSharedClasses; ++c)
+    if (kPrefillSharedBudgets[c] <= bytes) return c;
+  return -1;
+}
 
 // The most output columns one block holds (O in registers: Dv / 2 floats a
 // thread at 256 in the 16-bit kernels, Dv / 4 in the f32 one); a larger Dv
@@ -56,25 +71,37 @@ constexpr int prefill_shared_bytes(const PrefillTile& t, int head_dim_qk_bucket,
 }
 
 // Measured on the H200 (bench/prefill_tune.cu, bf16 B=4 H=16 L=4096, TFLOP/s
-// non-causal/causal; 2026-11-29): see bench/NOTES.md "CUDA prefill".
-constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket) {
+// non-causal/causal; 2026-11-29): see bench/NOTES.md "CUDA prefill". The
+// buckets up to 128 fit every budget (kPrefillSharedBudgets) with these
+// tiles; above, each budget takes the first tile of its list that fits.
+constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket,
+                                   int shared_bytes = kSm90SharedBytes) {
   const int d = max_bucket(head_dim_qk_bucket, head_dim_v_bucket);
   // <= 64: 225/184, vs 183/166 with one row tile x 3 blocks/SM (244 registers).
   if (d <= 64) return {4, 2, 64, 3, 2};
   // <= 128: 250/209, vs 217/193 for 8 warps x 1 row tile x 64 keys and 180/165
   // for 4 x 1 x 64 at 2 blocks/SM; 64 keys with 2 row tiles spill (ptxas).
   if (d <= 128) return {4, 2, 32, 3, 1};
-  // <= 256: 236/213, vs 173/167 for 4 warps x 32 keys at 2 blocks/SM; O alone
-  // is 128 registers at Dv=256, so one row tile per warp (243 registers).
-  if (d <= 256) return {8, 1, 64, 2, 1};
-  // Dqk > 256 (Dv a slice of <= 256 columns): the <= 256 row's shape with the
-  // longest key tile whose 128-row Q tile and K/V stages fit sm_90's shared
-  // memory (Q alone is 74-146 KB at 288-576); not yet tuned.
-  constexpr PrefillTile kLarge[] = {{8, 1, 64, 2, 1}, {8, 1, 32, 2, 1}, {8, 1, 16, 3, 1}};
-  for (const PrefillTile& t : kLarge)
-    if (prefill_shared_bytes(t, head_dim_qk_bucket, head_dim_v_bucket, 2) <= kSm90SharedBytes)
-      return t;
-  return {8, 1, 16, 2, 1};
+  // <= 256 on sm_90: 236/213, vs 173/167 for 4 warps x 32 keys at 2
+  // blocks/SM; O alone is 128 registers at Dv=256, so one row tile per warp
+  // (243 registers). Dqk > 256 (Dv a slice of <= 256 columns): the same
+  // shape with the longest key tile whose 128-row Q tile and K/V stages fit
+  // (Q alone is 74-146 KB at 288-576); not yet tuned.
+  constexpr PrefillTile kSm90[] = {{8, 1, 64, 2, 1}, {8, 1, 32, 2, 1}, {8, 1, 16, 3, 1}};
+  // Smaller budgets (untuned: the H200 runs them only under
+  // FSDPA_SHARED_MEMORY_LIMIT): 32 keys before 128 query rows, as the Q tile
+  // is read again for every key tile; then 16 keys, then 32 rows.
+  constexpr PrefillTile kSmaller[] = {{8, 1, 64, 2, 1}, {8, 1, 32, 2, 1}, {4, 1, 32, 2, 1},
+                                      {4, 1, 16, 3, 1}, {4, 1, 16, 2, 1}, {2, 1, 16, 3, 1},
+                                      {2, 1, 16, 2, 1}};
+  if (shared_bytes >= kSm90SharedBytes) {
+    for (const PrefillTile& t : kSm90)
+      if (prefill_shared_bytes(t, head_dim_qk_bucket, head_dim_v_bucket, 2) <= shared_bytes)
+        return t;
+  }
+  for (const PrefillTile& t : kSmaller)
+    if (prefill_shared_bytes(t, head_dim_qk_bucket, head_dim_v_bucket, 2) <= shared_bytes) return t;
+  return kSmaller[std::size(kSmaller) - 1];  // the generated table asserts that it fits
 }
 
 // A tile as one int, for kernel template arguments (nvcc 13's host stubs
@@ -86,10 +113,11 @@ constexpr PrefillTile decode_tile(int code) {
   return {code & 63, code >> 6 & 15, code >> 10 & 1023, code >> 20 & 63, code >> 26 & 15};
 }
 
-constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket,
-                                   int element_bytes) {
-  return prefill_shared_bytes(prefill_tile(head_dim_qk_bucket, head_dim_v_bucket),
-                              head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
+constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int element_bytes,
+                                   int shared_class = 0) {
+  return prefill_shared_bytes(
+      prefill_tile(head_dim_qk_bucket, head_dim_v_bucket, kPrefillSharedBudgets[shared_class]),
+      head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
 // The wgmma kernel (sm_90a, hopper_kernel.cuh): a producer warpgroup and 2
@@ -220,6 +248,12 @@ static_assert(prefill_shared_bytes(128, 128, 2) <= 227 * 1024, "128 bucket excee
 static_assert(prefill_shared_bytes(576, 256, 2) <= kSm90SharedBytes &&
                   prefill_shared_bytes(512, 256, 2) <= kSm90SharedBytes,
               "the largest buckets (576/256, 512/256) exceed sm_90 smem");
+static_assert(prefill_shared_class(232448) == 0 && prefill_shared_class(166912) == 1 &&
+                  prefill_shared_class(101376) == 2 && prefill_shared_class(101375) == -1,
+              "the budgets of sm_90, sm_80 and sm_86/89 (their opt-in bytes a block)");
+static_assert(prefill_tile(256, 256, kPrefillSharedBudgets[2]).warps == 4 &&
+                  prefill_tile(576, 256, kPrefillSharedBudgets[2]).warps == 2,
+              "Gemma's 256 in 99 KB: 64 query rows; 576 in 99 KB: 32");
 static_assert(prefill_tile(64, 64).tile_k % 16 == 0 && prefill_tile(256, 256).tile_k % 16 == 0,
               "tile_k must be a multiple of the mma k step");
 static_assert(prefill_tile(64, 64).stages >= 2 && prefill_tile(128, 128).stages >= 2 &&

@@ -198,9 +198,13 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int kDqk, int kDv, typename T>
+// The tile of the shared-memory class (config.h's kPrefillSharedBudgets) the
+// plan chose for the device.
+template <int kDqk, int kDv, typename T, int kSharedClass>
 void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
-  launch_prefill_tile<kDqk, kDv, T, encode_tile(prefill_tile(kDqk, kDv))>(params, stream);
+  launch_prefill_tile<kDqk, kDv, T,
+                      encode_tile(prefill_tile(kDqk, kDv, kPrefillSharedBudgets[kSharedClass]))>(
+      params, stream);
 }
 
 }  // namespace fsdpa::detail::cuda

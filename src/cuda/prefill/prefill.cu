@@ -123,28 +123,26 @@ Verdict instance_fits_shared_memory(const Problem& p, const PrefillInstance& ins
                                     size_t needed) {
   return fits_shared_memory(
       "bucket " + str(instance.head_dim_qk_bucket) + "/" + str(instance.head_dim_v_bucket), needed,
-      device_info(p.device.index).shared_memory_per_block_optin, p);
+      block_shared_memory(p.device.index), p);
 }
 
 // The plan facts both 16-bit rows share; the tile is the row's own. The pad
 // ratio counts the work a row does against the work its head dims need: with
 // Dv in column slices every slice computes Q K^T again, so 512/512 in two
 // 256-column slices does (512 + 256) x 2 for 1024, a ratio of 1.5.
-// The plan carries the instance's launch for the dtype: `bf16` or `f16` of
-// the table entry (the mma.sync or the wgmma members; null where that kernel
-// is not built, which only plan_for_row reaches).
-void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_k,
-                     PrefillLaunch PrefillInstance::*bf16, PrefillLaunch PrefillInstance::*f16) {
+// The plan carries the instance's launch for the dtype, `bf16` or `f16` (the
+// mma.sync launch of the device's shared-memory class or the wgmma one; null
+// where that kernel is not built, which only plan_for_row reaches).
+void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instance, int64_t tile_q,
+                     int64_t tile_k, PrefillLaunch bf16, PrefillLaunch f16) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
-  const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
-  const PrefillLaunch launch = p.dtype == DType::BF16  ? instance->*bf16
-                               : p.dtype == DType::F16 ? instance->*f16
+  const PrefillLaunch launch = p.dtype == DType::BF16  ? bf16
+                               : p.dtype == DType::F16 ? f16
                                                        : nullptr;
   plan.instance = reinterpret_cast<void (*)()>(launch);
-  plan.head_dim_qk_bucket = instance->head_dim_qk_bucket;
-  plan.head_dim_v_bucket = instance->head_dim_v_bucket;
+  plan.head_dim_qk_bucket = instance.head_dim_qk_bucket;
+  plan.head_dim_v_bucket = instance.head_dim_v_bucket;
   plan.num_v_slices = v_slices_of(p.head_dim_v);
   const int64_t dims = p.head_dim_qk + p.head_dim_v;
   plan.pad_ratio = dims > 0
@@ -158,6 +156,19 @@ void configure_16bit(const Problem& p, Plan& plan, int64_t tile_q, int64_t tile_
 
 }  // namespace
 
+namespace {
+
+// The shared-memory class (config.h's kPrefillSharedBudgets) of the
+// problem's device: the largest budget a block may opt into there
+// (block_shared_memory: FSDPA_SHARED_MEMORY_LIMIT may lower it); sm_90's
+// without a device. -1: below every budget.
+int shared_class_of(const Problem& p) {
+  if (!has_device(p.device.index)) return 0;
+  return prefill_shared_class(static_cast<long long>(block_shared_memory(p.device.index)));
+}
+
+}  // namespace
+
 Verdict prefill_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "mma.sync"); !common.ok) return common;
   if (has_device(p.device.index)) {
@@ -167,20 +178,26 @@ Verdict prefill_supports(const Problem& p, const Options&) {
                          " of device " + std::to_string(p.device.index) +
                          " is below the sm_80 that mma.sync prefill needs");
     const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
+    const int shared_class = shared_class_of(p);
+    const int smallest = kPrefillSharedClasses - 1;
     return instance_fits_shared_memory(
         p, *instance,
-        static_cast<size_t>(
-            prefill_shared_bytes(instance->head_dim_qk_bucket, instance->head_dim_v_bucket, 2)));
+        static_cast<size_t>(prefill_shared_bytes(instance->head_dim_qk_bucket,
+                                                 instance->head_dim_v_bucket, 2,
+                                                 shared_class >= 0 ? shared_class : smallest)));
   }
   return Verdict::yes();
 }
 
 void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
-  const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket);
-  configure_16bit(p, plan, prefill_tile_q(tile), tile.tile_k, &PrefillInstance::bf16,
-                  &PrefillInstance::f16);
+  const int shared_class = shared_class_of(p);
+  if (instance == nullptr || shared_class < 0)
+    throw Error("fsdpa: internal: prefill_configure without an instance or a tiling");
+  const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
+                                        kPrefillSharedBudgets[shared_class]);
+  configure_16bit(p, plan, *instance, prefill_tile_q(tile), tile.tile_k,
+                  instance->bf16[shared_class], instance->f16[shared_class]);
   plan.loads = copy_16_loads(p.row_alignment);
 }
 
@@ -220,8 +237,8 @@ void prefill_hopper_configure(const Problem& p, Plan& plan) {
   // The key tile of the load stage the planned alignment takes (tensors
   // aligned better at run time may take TMA and its tile).
   const HopperLoad load = hopper_load(static_cast<int>(p.row_alignment), qk, dv);
-  configure_16bit(p, plan, kHopperTileQ, hopper_tile_k(qk, dv, load), &PrefillInstance::hopper_bf16,
-                  &PrefillInstance::hopper_f16);
+  configure_16bit(p, plan, *instance, kHopperTileQ, hopper_tile_k(qk, dv, load),
+                  instance->hopper_bf16, instance->hopper_f16);
   switch (load) {
     case HopperLoad::Tma:
       plan.loads = "TMA boxes";

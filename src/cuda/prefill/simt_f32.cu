@@ -180,13 +180,12 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
 
 Verdict simt_f32_supports(const Problem& problem, const Options&) {
   if (has_device(problem.device.index)) {
-    const DeviceInfo& info = device_info(problem.device.index);
     const size_t needed = shared_bytes(static_cast<int>(problem.head_dim_qk),
                                        static_cast<int>(v_slice_columns(problem.head_dim_v)));
     return fits_shared_memory(
         "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
             ", head_dim_v=" + std::to_string(problem.head_dim_v),
-        needed, info.shared_memory_per_block_optin, problem);
+        needed, block_shared_memory(problem.device.index), problem);
   }
   return Verdict::yes();
 }

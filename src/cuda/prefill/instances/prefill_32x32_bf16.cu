@@ -3,6 +3,8 @@
 
 namespace fsdpa::detail::cuda {
 
-template void launch_prefill<32, 32, __nv_bfloat16>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __nv_bfloat16, 0>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __nv_bfloat16, 1>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __nv_bfloat16, 2>(const PrefillParams&, cudaStream_t);
 
 }  // namespace fsdpa::detail::cuda

@@ -3,6 +3,8 @@
 
 namespace fsdpa::detail::cuda {
 
-template void launch_prefill<32, 32, __half>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __half, 0>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __half, 1>(const PrefillParams&, cudaStream_t);
+template void launch_prefill<32, 32, __half, 2>(const PrefillParams&, cudaStream_t);
 
 }  // namespace fsdpa::detail::cuda
