@@ -33,7 +33,8 @@ struct KvIndex {
 // BeforeWait: before it, a load that bypasses L1 (ld.global.cg), so that no
 // line it brings stays in L1 past the wait (L1 is not coherent with the
 // writes of the kernel before); only for reads whose value may be stale
-// (a prefetch's addresses).
+// (a prefetch's addresses) or that the order of the kernels makes final (the
+// combine's lengths: decode_combine.cu).
 enum class IndexRead { AfterWait, BeforeWait };
 
 // One int32 of caller memory: through memcpy on the host (the pointer may be

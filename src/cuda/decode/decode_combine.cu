@@ -131,7 +131,13 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   const float* partial = p.partial_out + row * p.dv_ws + (first_group + g) * Vec;
   float v[kCombineBatch][Vec];
   float2 ms[kCombineBatch];
-  int splits = p.num_splits;  // of this row's sequence (sequence_splits), once it may be read
+  // The row's splits, from the lengths read before the wait: they are final
+  // once this kernel runs, since every split kernel lets it launch only
+  // after its own wait for the kernel before (decode_block), which may write
+  // them. Past L1 (IndexRead::BeforeWait), as every read before a wait.
+  const int splits =
+      decode_kernel::sequence_splits(p, int(sequence_len_k<IndexRead::BeforeWait>(p.kv, batch)),
+                                     decode_kernel::batch_split_keys<IndexRead::BeforeWait>(p));
   auto load_batch = [&](int s0) {
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {
@@ -147,9 +153,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
     }
   };
   wait_for_previous_kernel();  // the split kernel's partials
-  splits = decode_kernel::sequence_splits(p, int(sequence_len_k(p.kv, batch)),
-                                          decode_kernel::batch_split_keys(p));
-  load_batch(j);  // partials and their (max, sum) in flight together
+  load_batch(j);               // partials and their (max, sum) in flight together
 
   // ---- the row's max: this thread's splits, then the row's warps (max
   // only: the sums are weighted once, below, instead of merged pairwise on

@@ -88,14 +88,16 @@ __device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k,
 // value. The mean is worked out in floats rounded up (at least the exact
 // mean, so decode_grid_blocks holds every split; in 64-bit integers its
 // division cost the 576/512 tensor-core kernel a spill). lane_len: lane b's
-// sequence's length, b < batch (decode_block reads no length twice).
+// sequence's length, b < batch (decode_block reads no length twice). kRead:
+// how the lengths are read (core/kv_cache.h).
+template <IndexRead kRead = IndexRead::AfterWait>
 __device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane_len) {
   lane_len = 0;
   if (p.split_slots == 0) return p.keys_per_split;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   float keys = 0.f;
   for (int b = lane; b < p.batch; b += 32) {
-    const int len = static_cast<int>(sequence_len_k(p.kv, b));
+    const int len = static_cast<int>(sequence_len_k<kRead>(p.kv, b));
     if (b == lane) lane_len = len;
     keys = __fadd_ru(keys, static_cast<float>(len));
   }
@@ -108,9 +110,10 @@ __device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane
   const int multiple = p.split_keys_multiple;
   return max(p.keys_per_split, (mean + multiple - 1) / multiple * multiple);
 }
+template <IndexRead kRead = IndexRead::AfterWait>
 __device__ __forceinline__ int batch_split_keys(const DecodeParams& p) {
   int lane_len;
-  return batch_split_keys(p, lane_len);
+  return batch_split_keys<kRead>(p, lane_len);
 }
 
 // Where a block's packed rows come from: the block index (blockIdx.x unless
