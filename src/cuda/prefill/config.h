@@ -22,11 +22,10 @@ constexpr int max_bucket(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return head_dim_qk_bucket > head_dim_v_bucket ? head_dim_qk_bucket : head_dim_v_bucket;
 }
 
-// Opt-in shared memory per block: 227 KB on sm_90 (and sm_100), 163 KB on
-// sm_80 (and sm_87), 99 KB on sm_86/89 (and sm_120). The wgmma and decode
-// tilings are sized for sm_90; the mma.sync prefill kernel, the one GPUs
-// before Hopper run, has a tiling per budget (prefill_tile), so that every
-// bucket runs fused on each of them.
+// Opt-in shared memory per block: 227 KB on sm_90, 163 KB on sm_80, 99 KB
+// on sm_86/89. The wgmma and decode tilings are sized for sm_90; the
+// mma.sync prefill kernel, the one GPUs before Hopper run, has a tiling per
+// budget (prefill_tile), so that every bucket runs fused on each of them.
 constexpr int kSm90SharedBytes = 227 * 1024;
 constexpr int kPrefillSharedBudgets[] = {kSm90SharedBytes, 163 * 1024, 99 * 1024};
 constexpr int kPrefillSharedClasses = 3;

@@ -154,10 +154,6 @@ void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instan
   plan.tile_k = tile_k;
 }
 
-}  // namespace
-
-namespace {
-
 // The shared-memory class (config.h's kPrefillSharedBudgets) of the
 // problem's device: the largest budget a block may opt into there
 // (block_shared_memory: FSDPA_SHARED_MEMORY_LIMIT may lower it); sm_90's
