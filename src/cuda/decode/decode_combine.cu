@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kCombineThreads, kCombineMinBlocks)
   // them. Past L1 (IndexRead::BeforeWait), as every read before a wait.
   const int splits =
       decode_kernel::sequence_splits(p, int(sequence_len_k<IndexRead::BeforeWait>(p.kv, batch)),
-                                     decode_kernel::batch_split_keys<IndexRead::BeforeWait>(p));
+                                     decode_kernel::batch_split_keys(p, /*before_wait=*/true));
   auto load_batch = [&](int s0) {
 #pragma unroll
     for (int b = 0; b < kCombineBatch; ++b) {

@@ -79,6 +79,15 @@ __device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k,
   return max(1, min(p.num_splits, used));
 }
 
+// Sequence b's length, read before the wait (past L1:
+// IndexRead::BeforeWait) or after it, by a runtime flag: where the flag is a
+// constant the code is sequence_len_k's, and a list kernel's guess and its
+// block share one copy of the list walk (decode_list_block).
+__device__ __forceinline__ int64_t sequence_len_k_read(const KvIndex& kv, int64_t b,
+                                                       bool before_wait) {
+  return before_wait ? sequence_len_k<IndexRead::BeforeWait>(kv, b) : sequence_len_k(kv, b);
+}
+
 // The keys of a split: keys_per_split; in a list of splits (split_slots >
 // 0), at least the batch's mean length over split_slots, a multiple of
 // split_keys_multiple. So a batch of equal sequences splits as its dense
@@ -88,16 +97,16 @@ __device__ __forceinline__ int sequence_splits(const DecodeParams& p, int len_k,
 // value. The mean is worked out in floats rounded up (at least the exact
 // mean, so decode_grid_blocks holds every split; in 64-bit integers its
 // division cost the 576/512 tensor-core kernel a spill). lane_len: lane b's
-// sequence's length, b < batch (decode_block reads no length twice). kRead:
-// how the lengths are read (core/kv_cache.h).
-template <IndexRead kRead = IndexRead::AfterWait>
-__device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane_len) {
+// sequence's length, b < batch (decode_block reads no length twice).
+// before_wait: the lengths read as sequence_len_k_read says.
+__device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane_len,
+                                                bool before_wait = false) {
   lane_len = 0;
   if (p.split_slots == 0) return p.keys_per_split;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   float keys = 0.f;
   for (int b = lane; b < p.batch; b += 32) {
-    const int len = static_cast<int>(sequence_len_k<kRead>(p.kv, b));
+    const int len = static_cast<int>(sequence_len_k_read(p.kv, b, before_wait));
     if (b == lane) lane_len = len;
     keys = __fadd_ru(keys, static_cast<float>(len));
   }
@@ -110,10 +119,9 @@ __device__ __forceinline__ int batch_split_keys(const DecodeParams& p, int& lane
   const int multiple = p.split_keys_multiple;
   return max(p.keys_per_split, (mean + multiple - 1) / multiple * multiple);
 }
-template <IndexRead kRead = IndexRead::AfterWait>
-__device__ __forceinline__ int batch_split_keys(const DecodeParams& p) {
+__device__ __forceinline__ int batch_split_keys(const DecodeParams& p, bool before_wait = false) {
   int lane_len;
-  return batch_split_keys<kRead>(p, lane_len);
+  return batch_split_keys(p, lane_len, before_wait);
 }
 
 // Where a block's packed rows come from: the block index (blockIdx.x unless
@@ -138,14 +146,16 @@ struct DecodeBlock {
 // len_k: that sequence's length. lane_len: batch_split_keys'. 32-bit: that
 // grid's blocks are fewer than 2^31.
 __device__ __forceinline__ int split_item_block(const DecodeParams& p, int split_keys, int item,
-                                                int lane_len, int& len_k) {
+                                                int lane_len, int& len_k, bool before_wait) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int per_split = p.heads_kv * p.row_chunks;
   auto block_of = [&](int batch, int kv_head, int split, int chunk) {
     return ((batch * p.heads_kv + kv_head) * p.num_splits + split) * p.row_chunks + chunk;
   };
   auto length = [&](int b0, int b) {  // all lanes, b - b0 the same in every lane
-    return b0 == 0 ? lane_len : b < p.batch ? static_cast<int>(sequence_len_k(p.kv, b)) : 0;
+    return b0 == 0       ? lane_len
+           : b < p.batch ? static_cast<int>(sequence_len_k_read(p.kv, b, before_wait))
+                         : 0;
   };
   // Every split but the last of each sequence, sequence by sequence.
   int first = 0;  // of the items of sequences [b0, ...)
@@ -177,25 +187,25 @@ __device__ __forceinline__ int split_item_block(const DecodeParams& p, int split
   if (at >= p.batch * per_split) return -1;
   const int batch = at / per_split;
   const int from_lane = __shfl_sync(0xffffffffu, lane_len, batch % 32);
-  len_k = batch < 32 ? from_lane : static_cast<int>(sequence_len_k(p.kv, batch));
+  len_k = batch < 32 ? from_lane : static_cast<int>(sequence_len_k_read(p.kv, batch, before_wait));
   return block_of(batch, at % per_split / p.row_chunks, sequence_splits(p, len_k, split_keys) - 1,
                   at % p.row_chunks);
 }
 
-// The block of index `block` (decode_block), its length read as kRead says
-// (a list's places only after the wait).
-template <bool kList, IndexRead kRead>
+// The block of index `block` (decode_block), its lengths read before the
+// wait (past L1: a guess) or after it.
+template <bool kList>
 __device__ __forceinline__ DecodeBlock find_block(const DecodeParams& p, int rows_per_block,
-                                                  int64_t block) {
-  static_assert(!kList || kRead == IndexRead::AfterWait);
+                                                  int64_t block, bool before_wait) {
   DecodeBlock b;
   const bool list = kList && p.split_slots != 0;
   b.valid = true;
   b.split_keys = p.keys_per_split;
   if (list) {
     int lane_len;
-    b.split_keys = batch_split_keys(p, lane_len);
-    block = split_item_block(p, b.split_keys, static_cast<int>(block), lane_len, b.len_k);
+    b.split_keys = batch_split_keys(p, lane_len, before_wait);
+    block =
+        split_item_block(p, b.split_keys, static_cast<int>(block), lane_len, b.len_k, before_wait);
     b.valid = block >= 0;
     block = max(block, int64_t{0});
   }
@@ -208,7 +218,7 @@ __device__ __forceinline__ DecodeBlock find_block(const DecodeParams& p, int row
   b.row0 = chunk * rows_per_block;
   b.rows_here = min(rows_per_block, p.rows_per_kv_head - b.row0);
   if (!list) {
-    b.len_k = int(sequence_len_k<kRead>(p.kv, b.batch));
+    b.len_k = int(sequence_len_k_read(p.kv, b.batch, before_wait));
     // The splits past a short sequence's end have nothing to do.
     b.valid = b.split < sequence_splits(p, b.len_k, b.split_keys);
   }
@@ -223,18 +233,37 @@ __device__ __forceinline__ DecodeBlock decode_block(const DecodeParams& p, int r
   // The lengths may be written by the kernel before in the stream: wait for
   // it before reading them (guess_block is what a kernel can know before).
   if (p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
-  return find_block<kList, IndexRead::AfterWait>(p, rows_per_block, block);
+  return find_block<kList>(p, rows_per_block, block, /*before_wait=*/false);
 }
 
-// Before decode_block in a kernel compiled without lists (kList: a list
-// item's place needs every length): the block decode_block will find if the
-// kernel before leaves the length as it is, from a length read before the
-// wait (IndexRead::BeforeWait), for a prefetch into L2 that overlaps the
-// kernel before (which may write the lengths: decode_block waits for it
+// Before decode_block in a kernel compiled without lists: the block
+// decode_block will find if the kernel before leaves the length as it is,
+// from a length read before the wait, for a prefetch into L2 that overlaps
+// the kernel before (which may write the lengths: decode_block waits for it
 // before reading them); a stale guess costs a useless prefetch. Without
 // lengths it is decode_block's block.
 __device__ __forceinline__ DecodeBlock guess_block(const DecodeParams& p, int rows_per_block) {
-  return find_block</*kList=*/false, IndexRead::BeforeWait>(p, rows_per_block, blockIdx.x);
+  return find_block</*kList=*/false>(p, rows_per_block, blockIdx.x, /*before_wait=*/true);
+}
+
+// decode_block and the guess before it in a kernel compiled for lists (a
+// list item's place needs every length), as two passes of one loop, so
+// that the list walk is compiled once (session 36 inlined it twice, and the
+// list rows lost 1-6%): the first pass reads the lengths before the wait and
+// hands the block it finds to `prefetch` (when it has keys); the second
+// waits, then finds the block.
+template <typename Prefetch>
+__device__ __forceinline__ DecodeBlock decode_list_block(const DecodeParams& p, int rows_per_block,
+                                                         Prefetch&& prefetch) {
+  DecodeBlock b;
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool guess = pass == 0;
+    if (!guess && p.kv.seq_lens_k != nullptr) wait_for_previous_kernel();
+    b = find_block</*kList=*/true>(p, rows_per_block, blockIdx.x, guess);
+    if (guess && b.valid) prefetch(b);
+  }
+  return b;
 }
 
 // (query head, query position) of packed row r of the block.

@@ -131,12 +131,14 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   // into L2 while the kernel before may still run (a prefetch reads nothing
   // into the block): -0.6 us a call at Lk=32768, D=128 (bench/NOTES.md,
   // session 7). With per-sequence lengths, which decode_block reads only
-  // after that wait, a kernel compiled without lists prefetches for the
-  // block guess_block finds before it (-3 us at B=1, session 36); one
-  // compiled for lists prefetches after the wait. The reads before the wait
-  // (a length, a paged cache's block table) bypass L1 (IndexRead::BeforeWait);
-  // a stale value (a page id clamped into the pool by page_of) costs a
-  // useless prefetch, never a wrong read.
+  // after that wait, a kernel prefetches for the block it guesses from
+  // lengths read before it (guess_block: -3 us at B=1, session 36; a dense
+  // cache's list, decode_list_block: -1.1 to -2.1 us, session 39; a paged
+  // list, whose prefetch looks each row's page up, lost 2-3 us with it and
+  // takes none). The reads before the wait (lengths, a paged cache's block
+  // table) bypass L1 (IndexRead::BeforeWait); a stale value (a page id
+  // clamped into the pool by page_of) costs a useless prefetch, never a
+  // wrong read.
   auto prefetch_first_stages = [&](int batch, int kv_head, int begin, int end) {
     const int ahead = min(end - begin, (kStages - 1) * kStageKeys);
     if constexpr (kPacked) {  // the spans' whole 16-byte blocks
@@ -164,14 +166,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       }
     }
   };
-  if constexpr (!kList) {
+  auto prefetch_for = [&](const DecodeBlock& guess) {
+    const BlockKeys keys = block_keys(p, guess);
+    prefetch_first_stages(guess.batch, guess.kv_head, keys.begin, keys.end);
+  };
+  DecodeBlock blk;
+  if constexpr (kList && kPaged) {
+    blk = decode_block</*kList=*/true>(p, kRows);
+  } else if constexpr (kList) {
+    blk = decode_list_block(p, kRows, prefetch_for);
+  } else {
     const DecodeBlock guess = guess_block(p, kRows);
-    if (guess.valid) {
-      const BlockKeys keys = block_keys(p, guess);
-      prefetch_first_stages(guess.batch, guess.kv_head, keys.begin, keys.end);
-    }
+    if (guess.valid) prefetch_for(guess);
+    blk = decode_block</*kList=*/false>(p, kRows);
   }
-  const DecodeBlock blk = decode_block<kList>(p, kRows);
   allow_next_launch();
   if (!blk.valid) return;  // nothing to do (decode_block)
 
@@ -364,8 +372,6 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
                                                           v_rows, p.v_strides.row, key0, key_end,
                                                           p.head_dim_v);
   };
-  // In a list (no guess): after the wait, dense caches only.
-  if constexpr (kList && !kPaged) prefetch_first_stages(blk.batch, blk.kv_head, key_begin, key_end);
   wait_for_previous_kernel();  // global memory from here on
 
   // ---- q rows (zeros past the real rows and Dqk), in stage 0's cp.async
