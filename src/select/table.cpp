@@ -45,7 +45,8 @@ const KernelRow kTable[] = {
      cuda::prefill_configure, cuda::prefill_launch,
      "bf16/f16, every Dqk <= 576, Dv <= 512 (buckets of 16 to 256, 96/64, 192/128; above 256 "
      "Dqk buckets 288..576 with Dv in column slices), rows of any alignment (narrow copies "
-     "below 16 bytes): tiled online softmax on mma.sync tensor cores"},
+     "below 16 bytes): tiled online softmax on mma.sync tensor cores, its tiles per shared "
+     "memory a block (227, 163 and 99 KB: sm_90, sm_80, sm_86/89)"},
     {"cuda_fused_prefill_f32", Backend::CUDA, Path::FusedPrefill, cuda::prefill_f32_supports,
      cuda::prefill_f32_configure, cuda::prefill_f32_launch,
      "f32, every Dqk <= 576, Dv <= 512 (Dv above 256 in column slices), any alignment: exact "
