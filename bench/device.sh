@@ -399,7 +399,7 @@ if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
   run_gpu_suites 200 150 60
   [ "${COVERAGE_DECODE_SANITIZE:-1}" = 1 ] &&
     sanitize_small gpu_test_decode 'Decode.UnalignedRows:Decode.SoftCap' 150 decode-new
-  sanitize_small gpu_test_prefill "${LARGE_SANITIZE_FILTER:-*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*:*PrefillAwkward*L131x257_D90x90_bf16_bhsd*:*PrefillAwkward*L131x257_D76x76_f16_bhsd*}" 150 large-dims
+  sanitize_small gpu_test_prefill "${LARGE_SANITIZE_FILTER:-*PrefillAwkward*D576x512*mla*causalBR_fused:*PrefillAwkward*D300x300*:*PrefillSemantics*D64x64*causalBR*cap2*:*PrefillAwkward*D90x90*offset*:*PrefillAwkward*D59x59*f16*:*PrefillAwkward*L131x257_D90x90_bf16_bhsd*:*PrefillAwkward*L131x257_D76x76_f16_bhsd*:*PrefillSharedBudgets*D576x512*smem99k:*PrefillSharedBudgets*D256x256*smem163k}" 150 large-dims
 fi
 # COVERAGE_TESTS=0: the coverage benches alone.
 if [ "$STAGES" = coverage ]; then
