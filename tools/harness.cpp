@@ -1103,6 +1103,14 @@ DeviceChoice choose_device(const std::string& requested, bool probe) {
 #endif
 }
 
+std::string offline_arch_list() {
+  std::string list;
+  const size_t n = std::size(kOfflineTargets);
+  for (size_t i = 0; i < n; ++i)
+    list += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + kOfflineTargets[i].arch;
+  return list;
+}
+
 DeviceChoice planning_device(const std::string& requested, const std::optional<std::string>& arch) {
   if (arch && requested != "cuda") throw UsageError("--arch needs --device cuda");
 #if FSDPA_WITH_CUDA
@@ -1110,10 +1118,24 @@ DeviceChoice planning_device(const std::string& requested, const std::optional<s
     DeviceChoice choice;
     choice.device = {DeviceType::CUDA, 0};
     if (detail::cuda::device_count() == 0) {
-      if (arch && *arch != kOfflineArch)
-        throw UsageError("--arch " + *arch + ": without a CUDA device fsdpa plans for " +
-                         kOfflineArch + " only (the rows read no device facts)");
-      choice.name = std::string("no CUDA device: planned offline for ") + kOfflineArch;
+      const std::string target = arch ? *arch : kOfflineArch;
+      const OfflineTarget* offline = nullptr;
+      for (const OfflineTarget& t : kOfflineTargets)
+        if (target == t.arch) offline = &t;
+      if (offline == nullptr)
+        throw UsageError("--arch " + target + ": without a CUDA device fsdpa plans for " +
+                         offline_arch_list() + " only");
+      if (offline->compute_capability != 0) {
+        static detail::cuda::DeviceInfo info;
+        info.name = offline->device;
+        info.compute_capability = offline->compute_capability;
+        info.multiprocessors = offline->multiprocessors;
+        info.shared_memory_per_block_optin = static_cast<size_t>(offline->shared_memory_per_block);
+        detail::cuda::set_offline_target(&info);
+      }
+      choice.name = "no CUDA device: planned offline for " + target +
+                    (offline->compute_capability != 0 ? std::string(" as ") + offline->device
+                                                      : std::string());
       choice.reason = "--device cuda without a device";
       return choice;
     }

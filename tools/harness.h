@@ -156,11 +156,31 @@ DeviceChoice choose_device(const std::string& requested, bool probe);
 // serves what its compile-time limits allow (an H100/H200).
 inline constexpr const char* kOfflineArch = "sm_90";
 
+// The architectures `fsdpa plan --device cuda --arch` plans for without a
+// GPU. kOfflineArch reads no device facts; the others plan for a common GPU
+// of theirs (its SM count, the shared memory a block may opt into), so that
+// the plan shows what such a GPU runs (detail::cuda::set_offline_target).
+struct OfflineTarget {
+  const char* arch;
+  const char* device;           // what the plan assumes ("" for kOfflineArch)
+  int compute_capability;       // 0: no device facts
+  int multiprocessors;          //
+  int shared_memory_per_block;  // the opt-in bytes a block
+};
+inline constexpr OfflineTarget kOfflineTargets[] = {
+    {"sm_90", "", 0, 0, 0},
+    {"sm_80", "an A100: 108 SMs, 166912 bytes of shared memory a block", 80, 108, 166912},
+    {"sm_86", "an A10: 72 SMs, 101376 bytes of shared memory a block", 86, 72, 101376},
+    {"sm_89", "an L40S: 142 SMs, 101376 bytes of shared memory a block", 89, 142, 101376},
+};
+// "sm_90, sm_80, sm_86 or sm_89".
+std::string offline_arch_list();
+
 // The device `fsdpa plan` plans for. Like choose_device without a probe,
-// except that `--device cuda` without a GPU plans offline for kOfflineArch
-// (the support matrix does the same). `arch`, when given (needs --device
-// cuda), must be the present device's architecture, or kOfflineArch when
-// there is none; anything else is a UsageError naming both.
+// except that `--device cuda` without a GPU plans offline for `arch`, one of
+// kOfflineTargets (kOfflineArch when not given; the support matrix takes
+// kOfflineArch). With a GPU present `arch`, when given (needs --device cuda),
+// must be its architecture; anything else is a UsageError naming both.
 DeviceChoice planning_device(const std::string& requested, const std::optional<std::string>& arch);
 
 }  // namespace fsdpa::tool

@@ -524,8 +524,8 @@ int dispatch(int argc, char** argv) {
       ->disable_flag_override();
   plan_app->add_option("--arch", plan_flags.arch,
                        fmt::format("with --device cuda: the architecture to plan for (without a "
-                                   "GPU: {} only)",
-                                   kOfflineArch));
+                                   "GPU: {})",
+                                   offline_arch_list()));
   plan_app->footer(presets_text());
 
   RunFlags run_flags;

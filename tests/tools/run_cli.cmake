@@ -1,6 +1,6 @@
 # Runs the fsdpa command once and checks its exit status and output.
 #
-#   cmake -DCLI=<fsdpa> -DARGS=<a|b|c> -DEXIT=<status> [-DSTDOUT=<regex>] [-DSTDERR=<regex>]
+#   cmake -DCLI=<fsdpa> -DARGS=<a|b|c> -DEXIT=<status regex> [-DSTDOUT=<regex>] [-DSTDERR=<regex>]
 #         [-DSTDOUT_NOT=<regex>] [-DJSON_FILE=<path> -DJSON=<regex>] -P run_cli.cmake
 #
 # ARGS separates the command's arguments with '|'. Each regex must match
@@ -24,7 +24,7 @@ execute_process(
   TIMEOUT 280)
 
 set(failures "")
-if(NOT "${status}" STREQUAL "${EXIT}")
+if(NOT "${status}" MATCHES "^(${EXIT})$")
   string(APPEND failures "exit status ${status}, expected ${EXIT}\n")
 endif()
 if(DEFINED STDOUT AND NOT "${out}" MATCHES "${STDOUT}")

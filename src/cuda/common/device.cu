@@ -89,9 +89,21 @@ int device_count() {
 
 bool has_device(int index) { return index >= 0 && index < device_count(); }
 
+namespace {
+const DeviceInfo* offline_target = nullptr;
+}  // namespace
+
+void set_offline_target(const DeviceInfo* target) { offline_target = target; }
+
+const DeviceInfo* planning_device(int index) {
+  if (has_device(index)) return &device_info(index);
+  return offline_target;
+}
+
 std::string wgmma_device_mismatch(int index) {
-  if (!has_device(index)) return "";
-  const int capability = device_info(index).compute_capability;
+  const DeviceInfo* device = planning_device(index);
+  if (device == nullptr) return "";
+  const int capability = device->compute_capability;
   if (capability == 90) return "";
   return "compute capability " + std::to_string(capability) + " of device " +
          std::to_string(index) + ": the wgmma kernel runs on sm_90 (Hopper) only";
@@ -122,10 +134,10 @@ const DeviceInfo& device_info(int index) {
   return *cache[static_cast<size_t>(index)];
 }
 
-size_t block_shared_memory(int index) {
-  const size_t device = device_info(index).shared_memory_per_block_optin;
+size_t block_shared_memory(const DeviceInfo& device) {
+  const size_t bytes = device.shared_memory_per_block_optin;
   const int64_t limit = shared_memory_limit();
-  return limit >= 0 && static_cast<size_t>(limit) < device ? static_cast<size_t>(limit) : device;
+  return limit >= 0 && static_cast<size_t>(limit) < bytes ? static_cast<size_t>(limit) : bytes;
 }
 
 StreamWorkspace::StreamWorkspace(size_t bytes, int device_index, void* stream) : stream_(stream) {

@@ -25,10 +25,19 @@ struct DeviceInfo {
 // Properties of device `index`, read once and cached. Throws DeviceError.
 const DeviceInfo& device_info(int index);
 
-// The shared memory a block may opt into on device `index` as planning sees
-// it: the device's, or FSDPA_SHARED_MEMORY_LIMIT where that is less (tests
-// of the tilings for smaller GPUs). Every row's fits check reads it.
-size_t block_shared_memory(int index);
+// The device planning reads for `index`: the present device's properties,
+// where there is none the offline target (set_offline_target: `fsdpa plan
+// --arch` without a GPU), else null (the rows then assume an H100/H200).
+const DeviceInfo* planning_device(int index);
+
+// The device an offline plan assumes (null: none, the default). Set once,
+// before planning; plans made under it are for reading, not for launching.
+void set_offline_target(const DeviceInfo* target);
+
+// The shared memory a block may opt into on `device` as planning sees it:
+// the device's, or FSDPA_SHARED_MEMORY_LIMIT where that is less (tests of
+// the tilings for smaller GPUs). Every row's fits check reads it.
+size_t block_shared_memory(const DeviceInfo& device);
 
 // Why device `index` cannot run the sm_90a kernels (wgmma, TMA), or empty
 // when it can or is not there to ask (plan() on a machine without a GPU).

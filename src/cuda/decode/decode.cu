@@ -158,8 +158,8 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
         "no compiled decode bucket covers head_dim_qk=" + std::to_string(p.head_dim_qk) +
         ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
         "; see FSDPA_HEAD_DIMS)");
-  if (has_device(p.device.index))
-    return decode_fits_shared_memory(p, block_shared_memory(p.device.index));
+  if (const DeviceInfo* device = planning_device(p.device.index))
+    return decode_fits_shared_memory(p, block_shared_memory(*device));
   return Verdict::yes();
 }
 
@@ -192,9 +192,8 @@ void configure_decode_plan(const Problem& p, Plan& plan, const DecodeGrid& grid)
   const auto [key_begin, key_end] = key_hull(p, plan.options);
   const int64_t hull = key_end - key_begin;
 
-  const int multiprocessors = has_device(p.device.index)
-                                  ? device_info(p.device.index).multiprocessors
-                                  : kAssumedMultiprocessors;
+  const DeviceInfo* device = planning_device(p.device.index);
+  const int multiprocessors = device != nullptr ? device->multiprocessors : kAssumedMultiprocessors;
   int splits = forced_splits();
   if (splits == 0) {
     // One full wave: every block of the grid resident at once. With
@@ -269,8 +268,9 @@ struct DecodeDevice {
 
 DecodeDevice decode_device(const Problem& p) {
   DecodeDevice d;
+  if (const DeviceInfo* target = planning_device(p.device.index))
+    d.compute_capability = target->compute_capability;  // an offline target's too
   if (!has_device(p.device.index)) return d;
-  d.compute_capability = device_info(p.device.index).compute_capability;
   int current = 0;
   FSDPA_CUDA_CHECK(cudaGetDevice(&current));
   d.current = current == p.device.index;

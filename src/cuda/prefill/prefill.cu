@@ -119,11 +119,11 @@ Verdict prefill_16bit_supports(const Problem& p, const char* kernel) {
   return Verdict::yes();
 }
 
-Verdict instance_fits_shared_memory(const Problem& p, const PrefillInstance& instance,
-                                    size_t needed) {
+Verdict instance_fits_shared_memory(const Problem& p, const DeviceInfo& device,
+                                    const PrefillInstance& instance, size_t needed) {
   return fits_shared_memory(
       "bucket " + str(instance.head_dim_qk_bucket) + "/" + str(instance.head_dim_v_bucket), needed,
-      block_shared_memory(p.device.index), p);
+      block_shared_memory(device), p);
 }
 
 // The plan facts both 16-bit rows share; the tile is the row's own. The pad
@@ -157,18 +157,19 @@ void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instan
 // The shared-memory class (config.h's kPrefillSharedBudgets) of the
 // problem's device: the largest budget a block may opt into there
 // (block_shared_memory: FSDPA_SHARED_MEMORY_LIMIT may lower it); sm_90's
-// without a device. -1: below every budget.
+// without one (planning_device). -1: below every budget.
 int shared_class_of(const Problem& p) {
-  if (!has_device(p.device.index)) return 0;
-  return prefill_shared_class(static_cast<long long>(block_shared_memory(p.device.index)));
+  const DeviceInfo* device = planning_device(p.device.index);
+  if (device == nullptr) return 0;
+  return prefill_shared_class(static_cast<long long>(block_shared_memory(*device)));
 }
 
 }  // namespace
 
 Verdict prefill_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "mma.sync"); !common.ok) return common;
-  if (has_device(p.device.index)) {
-    const DeviceInfo& info = device_info(p.device.index);
+  if (const DeviceInfo* device = planning_device(p.device.index)) {
+    const DeviceInfo& info = *device;
     if (info.compute_capability < 80)
       return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
                          " of device " + std::to_string(p.device.index) +
@@ -177,7 +178,7 @@ Verdict prefill_supports(const Problem& p, const Options&) {
     const int shared_class = shared_class_of(p);
     const int smallest = kPrefillSharedClasses - 1;
     return instance_fits_shared_memory(
-        p, *instance,
+        p, info, *instance,
         static_cast<size_t>(prefill_shared_bytes(instance->head_dim_qk_bucket,
                                                  instance->head_dim_v_bucket, 2,
                                                  shared_class >= 0 ? shared_class : smallest)));
@@ -220,8 +221,8 @@ Verdict prefill_hopper_supports(const Problem& p, const Options&) {
                        FSDPA_CUDA_ARCHS_STRING + " has no 90a");
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
-  if (has_device(p.device.index))
-    return instance_fits_shared_memory(p, *instance,
+  if (const DeviceInfo* device = planning_device(p.device.index))
+    return instance_fits_shared_memory(p, *device, *instance,
                                        static_cast<size_t>(hopper_shared_bytes(qk, dv, load)));
   return Verdict::yes();
 }

@@ -179,13 +179,13 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
 }  // namespace
 
 Verdict simt_f32_supports(const Problem& problem, const Options&) {
-  if (has_device(problem.device.index)) {
+  if (const DeviceInfo* device = planning_device(problem.device.index)) {
     const size_t needed = shared_bytes(static_cast<int>(problem.head_dim_qk),
                                        static_cast<int>(v_slice_columns(problem.head_dim_v)));
     return fits_shared_memory(
         "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
             ", head_dim_v=" + std::to_string(problem.head_dim_v),
-        needed, block_shared_memory(problem.device.index), problem);
+        needed, block_shared_memory(*device), problem);
   }
   return Verdict::yes();
 }
