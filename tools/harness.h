@@ -162,9 +162,9 @@ inline constexpr const char* kOfflineArch = "sm_90";
 // the plan shows what such a GPU runs (detail::cuda::set_offline_target).
 struct OfflineTarget {
   const char* arch;
-  const char* device;           // what the plan assumes ("" for kOfflineArch)
-  int compute_capability;       // 0: no device facts
-  int multiprocessors;          //
+  const char* device;      // what the plan assumes ("" for kOfflineArch)
+  int compute_capability;  // 0: no device facts
+  int multiprocessors;
   int shared_memory_per_block;  // the opt-in bytes a block
 };
 inline constexpr OfflineTarget kOfflineTargets[] = {

@@ -154,12 +154,11 @@ void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instan
   plan.tile_k = tile_k;
 }
 
-// The shared-memory class (config.h's kPrefillSharedBudgets) of the
-// problem's device: the largest budget a block may opt into there
+// The shared-memory class (config.h's kPrefillSharedBudgets) of `device`
+// (planning_device): the largest budget a block may opt into there
 // (block_shared_memory: FSDPA_SHARED_MEMORY_LIMIT may lower it); sm_90's
-// without one (planning_device). -1: below every budget.
-int shared_class_of(const Problem& p) {
-  const DeviceInfo* device = planning_device(p.device.index);
+// without one. -1: below every budget.
+int shared_class_of(const DeviceInfo* device) {
   if (device == nullptr) return 0;
   return prefill_shared_class(static_cast<long long>(block_shared_memory(*device)));
 }
@@ -169,16 +168,16 @@ int shared_class_of(const Problem& p) {
 Verdict prefill_supports(const Problem& p, const Options&) {
   if (Verdict common = prefill_16bit_supports(p, "mma.sync"); !common.ok) return common;
   if (const DeviceInfo* device = planning_device(p.device.index)) {
-    const DeviceInfo& info = *device;
-    if (info.compute_capability < 80)
-      return Verdict::no("compute capability " + std::to_string(info.compute_capability) +
+    if (device->compute_capability < 80)
+      return Verdict::no("compute capability " + std::to_string(device->compute_capability) +
                          " of device " + std::to_string(p.device.index) +
                          " is below the sm_80 that mma.sync prefill needs");
     const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-    const int shared_class = shared_class_of(p);
+    // Below every budget: the smallest one's bytes, for the message.
+    const int shared_class = shared_class_of(device);
     const int smallest = kPrefillSharedClasses - 1;
     return instance_fits_shared_memory(
-        p, info, *instance,
+        p, *device, *instance,
         static_cast<size_t>(prefill_shared_bytes(instance->head_dim_qk_bucket,
                                                  instance->head_dim_v_bucket, 2,
                                                  shared_class >= 0 ? shared_class : smallest)));
@@ -188,7 +187,7 @@ Verdict prefill_supports(const Problem& p, const Options&) {
 
 void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-  const int shared_class = shared_class_of(p);
+  const int shared_class = shared_class_of(planning_device(p.device.index));
   if (instance == nullptr || shared_class < 0)
     throw Error("fsdpa: internal: prefill_configure without an instance or a tiling");
   const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
