@@ -6,7 +6,8 @@
   prefill/instances/*.cu            one per (kernel, Dqk bucket, Dv bucket, dtype)
   prefill/instances.h               their extern template declarations
   prefill/dispatch.h                the pair table prefill.cu reads
-  decode/instances/*.cu             one per (Dqk bucket, Dv bucket, dtype)
+  decode/instances/*.cu             one per (Dqk bucket, Dv bucket, dtype), with
+                                    every shared-memory class's table
   decode/decode_instances.h         their extern template declarations
   decode/decode_buckets.h           the bucket table decode.cu reads
 
@@ -43,11 +44,12 @@ PREFILL_PAIRS = ([(d, d) for d in range(16, 257, 16)] + [(96, 64), (192, 128)] +
 # (config.h's hopper_fits, which the dispatch table asserts pair by pair).
 WGMMA_EXCLUDED = {(576, 256)}
 PREFILL_DTYPES = [("bf16", "__nv_bfloat16"), ("f16", "__half")]
-# The mma.sync kernel has a tiling per shared-memory budget (config.h's
-# kPrefillSharedBudgets: sm_90, sm_80, sm_86/89), each a launch of its own
-# (launch_prefill's last template argument); where two budgets take the same
-# tile, their launches share one kernel.
-PREFILL_SHARED_CLASSES = 3
+# The mma.sync prefill kernel and the tensor-core decode kernel have a tiling
+# per shared-memory budget (shared_budget.h's kSharedBudgets: sm_90, sm_80,
+# sm_86/89), each a launch of its own (launch_prefill's and decode_bucket_fns'
+# last template argument); where two budgets take the same tiling, their
+# launches share one kernel.
+SHARED_CLASSES = 3
 # (file prefix, kernel header, launch function, architecture it needs, the
 # macro CMake defines for that architecture)
 PREFILL_KERNELS = [
@@ -60,7 +62,7 @@ def prefill_launches(launch, qk, dv, ctype):
     """The launch functions of one (kernel, pair, dtype): one per shared-memory
     class for the mma.sync kernel, one for the wgmma kernel."""
     if launch == "launch_prefill":
-        return [f"{launch}<{qk}, {dv}, {ctype}, {c}>" for c in range(PREFILL_SHARED_CLASSES)]
+        return [f"{launch}<{qk}, {dv}, {ctype}, {c}>" for c in range(SHARED_CLASSES)]
     return [f"{launch}<{qk}, {dv}, {ctype}>"]
 
 # ------------------------------------------------------------------ decode
@@ -108,7 +110,7 @@ def prefill_instances_header():
         BANNER,
         "// The prefill instances: one per (kernel, Dqk bucket, Dv bucket, dtype),\n",
         "// the mma.sync kernel's one per shared-memory class too (config.h's\n",
-        "// kPrefillSharedBudgets); each is compiled in\n",
+        "// kSharedBudgets); each is compiled in\n",
         "// instances/<kernel>_<qk>x<dv>_<dtype>.cu when\n",
         "// FSDPA_HEAD_DIMS selects the pair (CMake defines\n",
         "// FSDPA_BUILT_PREFILL_<qk>x<dv>) and, for the wgmma kernel, when\n",
@@ -147,7 +149,7 @@ def prefill_dispatch_header():
         "using PrefillLaunch = void (*)(const PrefillParams&, cudaStream_t);\n\n",
         "struct PrefillInstance {\n",
         "  int head_dim_qk_bucket;\n  int head_dim_v_bucket;\n  bool compiled;\n",
-        "  PrefillLaunch bf16[kPrefillSharedClasses];\n  PrefillLaunch f16[kPrefillSharedClasses];\n",
+        "  PrefillLaunch bf16[kSharedClasses];\n  PrefillLaunch f16[kSharedClasses];\n",
         "  PrefillLaunch hopper_bf16;\n  PrefillLaunch hopper_f16;\n};\n\n",
         "inline constexpr PrefillInstance kPrefillInstances[] = {\n",
     ]
@@ -172,12 +174,12 @@ def prefill_dispatch_header():
         lines.append(f"    {{{qk}, {dv}, false, {{}}, {{}}, nullptr, nullptr}},\n")
         lines.append("#endif\n")
     lines.append("};\n\n")
-    lines.append(f"static_assert(kPrefillSharedClasses == {PREFILL_SHARED_CLASSES}, "
-                 '"generate_instances.py: PREFILL_SHARED_CLASSES");\n')
+    lines.append(f"static_assert(kSharedClasses == {SHARED_CLASSES}, "
+                 '"generate_instances.py: SHARED_CLASSES");\n')
     for qk, dv in PREFILL_PAIRS:
-        for c in range(PREFILL_SHARED_CLASSES):
+        for c in range(SHARED_CLASSES):
             lines.append(f"static_assert(prefill_shared_bytes({qk}, {dv}, 2, {c}) <= "
-                         f'kPrefillSharedBudgets[{c}], "the mma.sync tile of {qk}/{dv} for '
+                         f'kSharedBudgets[{c}], "the mma.sync tile of {qk}/{dv} for '
                          f'shared-memory class {c} fits its budget");\n')
     for qk, dv in PREFILL_PAIRS:
         fits = (qk, dv) in prefill_kernel_pairs(hopper_prefix)
@@ -220,16 +222,21 @@ def decode_files(files):
 
     decl = [BANNER, "// Every decode instance; each is defined in its own file under instances/.",
             "#pragma once\n", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>\n",
-            '#include "cuda/decode/decode_launch.h"\n', "namespace fsdpa::detail::cuda {\n"]
+            '#include "cuda/common/shared_budget.h"', '#include "cuda/decode/decode_launch.h"\n',
+            "namespace fsdpa::detail::cuda {\n",
+            f"static_assert(kSharedClasses == {SHARED_CLASSES}, "
+            '"generate_instances.py: SHARED_CLASSES");\n']
     entries = []
     for qk, dv in DECODE_BUCKETS:
         for tag, ctype in DECODE_DTYPES:
-            inst = f"template DecodeBucketFns decode_bucket_fns<{ctype}, {qk}, {dv}>();"
-            decl.append("extern " + inst)
+            insts = [f"template DecodeBucketFns decode_bucket_fns<{ctype}, {qk}, {dv}, {c}>();"
+                     for c in range(SHARED_CLASSES)]
+            decl += ["extern " + inst for inst in insts]
             name = f"decode_{qk}x{dv}_{tag}.cu"
             files[HERE / "decode" / "instances" / name] = (
                 BANNER + '#include "cuda/decode/decode_kernel.cuh"\n\n'
-                "namespace fsdpa::detail::cuda {\n" + inst + "\n}  // namespace fsdpa::detail::cuda\n")
+                "namespace fsdpa::detail::cuda {\n" + "\n".join(insts) +
+                "\n}  // namespace fsdpa::detail::cuda\n")
             entries.append(("decode", qk, dv, "any", f"decode/instances/{name}"))
     decl.append("\n}  // namespace fsdpa::detail::cuda\n")
     files[HERE / "decode" / "decode_instances.h"] = "\n".join(decl)

@@ -27,8 +27,9 @@ const KernelRow kTable[] = {
     {"cuda_fused_decode", Backend::CUDA, Path::FusedDecode, cuda::decode_supports,
      cuda::decode_configure, cuda::decode_launch,
      "few-query shapes (Lq up to the measured decode limit, bench/results/h200-route.md): "
-     "split-K on tensor cores (f16/bf16) or CUDA cores (f32) + combine; rows of any alignment "
-     "(narrow copies below 16 bytes); dense or paged KV caches, per-sequence key lengths"},
+     "split-K on tensor cores (f16/bf16; tilings per shared memory a block: 227, 163 and 99 "
+     "KB) or CUDA cores (f32) + combine; rows of any alignment (narrow copies below 16 bytes); "
+     "dense or paged KV caches, per-sequence key lengths"},
     {"cuda_fused_prefill_mla", Backend::CUDA, Path::FusedPrefill, cuda::prefill_mla_supports,
      cuda::decode_mla_configure, cuda::decode_mla_launch,
      "MLA prefill (Lq past the decode limit; 512 < Dqk <= 576, Dv <= 512, v a view of k's "

@@ -423,26 +423,34 @@ TEST(Views, ContiguousAndStrided) {
 }
 
 #if FSDPA_WITH_CUDA
-// The decode tilings are sized for the H200's 227 KB of shared memory a
-// block; on a GPU with less (sm_86 and sm_89: 99 KB) the decode row declines
-// and says why, so that another row serves the call instead of the launch
-// failing. The check itself takes the device's limit, so no GPU is needed.
-TEST(CudaDecodeSharedMemory, TilingsLargerThanTheDeviceAllowsAreDeclined) {
+// The tensor-core decode kernel has a tiling per shared-memory budget
+// (shared_budget.h): a device takes the tiling of the largest budget it
+// allows, and below every budget the smallest's, which the row declines
+// (saying why, so that another row serves the call) where it does not fit.
+// The check itself takes the device's limit, so no GPU is needed.
+TEST(CudaDecodeSharedMemory, EachBudgetTakesItsTiling) {
   if (!detail::cuda::decode_bucket_compiled(128, 128)) GTEST_SKIP() << "bucket 128 not built";
   Problem p;
   p.batch = 1, p.heads_q = 8, p.heads_kv = 8, p.len_q = 1, p.len_k = 4096;
   p.head_dim_qk = p.head_dim_v = 128, p.dtype = DType::BF16, p.device = {DeviceType::CUDA, 0};
-  const detail::Verdict small = detail::cuda::decode_fits_shared_memory(p, 101376);  // sm_86
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 232448).ok);  // sm_90: 109312 bytes
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 166912).ok);  // sm_80: 82432
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);  // sm_86: 47616
+  p.page_size = 16, p.num_pages = 256;                                 // the boxes' layout
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);  // 48128
+  const detail::Verdict small = detail::cuda::decode_fits_shared_memory(p, 40000);
   EXPECT_FALSE(small.ok);
   EXPECT_EQ(small.reason,
-            "the decode kernel of bucket 128/128 (bf16) needs 109312 bytes of shared memory a "
-            "block, device cuda:0 allows 101376");
-  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 232448).ok);  // sm_90
+            "the decode kernel of bucket 128/128 (bf16) needs 48128 bytes of shared memory a "
+            "block, device cuda:0 allows 40000");
+  p.page_size = 0, p.num_pages = 0;
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 48000).ok);  // 47616: below every budget
   p.v_aliases_k = true;  // a stage holds the K rows only
-  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
+  EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 40000).ok);
   p.v_aliases_k = false;
-  p.dtype = DType::F32;  // the CUDA-core kernel: 73088 bytes
+  p.dtype = DType::F32;  // the CUDA-core kernel: 73088 bytes in every budget
   EXPECT_TRUE(detail::cuda::decode_fits_shared_memory(p, 101376).ok);
+  EXPECT_FALSE(detail::cuda::decode_fits_shared_memory(p, 73087).ok);
 }
 
 // FSDPA_SHARED_MEMORY_LIMIT: the bytes a block may opt into as planning sees
@@ -556,7 +564,7 @@ TEST(CudaDecodePlan, LoadsOfNarrowRows) {
     const Plan plan = configured(p);
     const bool boxes = detail::cuda::decode_page_box_binary(p) &&
                        detail::cuda::decode_mma_page_boxes(int(plan.head_dim_qk_bucket),
-                                                           int(plan.head_dim_v_bucket));
+                                                           int(plan.head_dim_v_bucket), 0);
     EXPECT_EQ(plan.loads,
               std::string(boxes ? "TMA boxes of 16 rows of a page where k's and v's bases and "
                                   "strides are 16-byte aligned, else "

@@ -7,16 +7,21 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/env_guard.h"
 #include "common/paged_case.h"
 #include "cuda/common/device.h"
+#include "cuda/common/shared_budget.h"
 #include "cuda/decode/decode.h"
 #include "cuda/decode/decode_config.h"
 #include "paged_device.h"
@@ -383,6 +388,72 @@ TEST(PagedDecode, MixedLengthsToLongContext) {
   c.lengths = {1, 131073, 4097, 0, 64};
   run_case(c, 0);
 }
+
+// --------------------------------------------------------------- smaller GPUs
+
+// The tensor-core decode kernel under the shared memory of an A100 (163 KB a
+// block) and of sm_86/sm_89 (99 KB): every bucket takes its tiling for that
+// budget (decode_config.h's decode_mma_config), fused and right, paged and
+// dense, MLA's aliased cache (which the wgmma MLA kernel, sized for sm_90,
+// then leaves to it) and the unaliased 576/512 among them.
+struct BudgetCase {
+  int shared_class;
+  PagedCase c;
+  int splits;
+};
+
+std::vector<BudgetCase> budget_cases() {
+  const std::pair<int64_t, int64_t> dims[] = {{64, 64},   {96, 64},   {128, 128}, {192, 128},
+                                              {256, 256}, {288, 288}, {320, 320}, {512, 512},
+                                              {576, 512}, {576, 512}};
+  std::vector<BudgetCase> cases;
+  int k = 0;
+  for (int shared_class = 1; shared_class < detail::cuda::kSharedClasses; ++shared_class)
+    for (size_t i = 0; i < std::size(dims); ++i) {
+      PagedCase c = base();
+      c.dqk = dims[i].first, c.dv = dims[i].second;
+      c.dtype = k % 2 ? DType::F16 : DType::BF16;
+      c.mla_alias = i == std::size(dims) - 1;
+      if (c.dqk == 576) c.heads_q = 16, c.heads_kv = 1;
+      c.paged = k % 3 != 2;  // else a dense ragged batch
+      c.page_size = k % 4 == 1 ? 64 : (k % 4 == 3 ? 1 : 16);
+      c.max_pages = std::max<int64_t>(1, 640 / c.page_size);
+      c.len_q = k % 5 == 3 ? 4 : 1;
+      c.causal = c.len_q > 1;
+      c.window = k % 7 == 4 ? std::optional<int64_t>(100) : std::nullopt;
+      c.sinks = k % 3 == 1;
+      c.softcap = k % 6 == 5 ? 30.0 : 0.0;
+      cases.push_back({shared_class, c, k % 2 ? 3 : 0});
+      ++k;
+    }
+  return cases;
+}
+
+class PagedSharedBudgets : public ::testing::TestWithParam<BudgetCase> {};
+TEST_P(PagedSharedBudgets, MatchesReference) {
+  const BudgetCase& b = GetParam();
+  const PagedCase& c = b.c;
+  if (!detail::cuda::decode_bucket_compiled(c.dqk, c.dv))
+    GTEST_SKIP() << "bucket not compiled (FSDPA_HEAD_DIMS)";
+  const EnvGuard limit("FSDPA_SHARED_MEMORY_LIMIT",
+                       std::to_string(detail::cuda::kSharedBudgets[b.shared_class]).c_str());
+  Rng rng(base_seed() ^ name_hash(c.name()));
+  PagedData d = make_paged(c, rng);
+  DeviceCopy device(d);
+  const Plan plan = fsdpa::plan(describe(device.tensors, d.options), d.options);
+  EXPECT_EQ(plan.kernel, "cuda_fused_decode") << plan.explain();
+  const detail::cuda::DecodeMmaConfig tiling = detail::cuda::decode_mma_config(
+      int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket), b.shared_class);
+  EXPECT_EQ(plan.tile_k, tiling.keys_per_stage) << plan.explain();
+  run_case(c, b.splits);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Grid, PagedSharedBudgets, ::testing::ValuesIn(budget_cases()), [](const auto& test_info) {
+      return test_info.param.c.name() + "_splits" + std::to_string(test_info.param.splits) +
+             "_smem" +
+             std::to_string(detail::cuda::kSharedBudgets[test_info.param.shared_class] / 1024) +
+             "k";
+    });
 
 }  // namespace
 }  // namespace fsdpa::test

@@ -450,7 +450,7 @@ std::vector<BudgetCase> budget_cases() {
                                               {512, 512}, {576, 512}};
   std::vector<BudgetCase> cases;
   int k = 0;
-  for (int class_index = 1; class_index < detail::cuda::kPrefillSharedClasses; ++class_index)
+  for (int class_index = 1; class_index < detail::cuda::kSharedClasses; ++class_index)
     for (auto [qk, dv] : dims) {
       Case c;
       c.head_dim_qk = qk;
@@ -468,7 +468,7 @@ std::vector<BudgetCase> budget_cases() {
       if (k % 7 == 5) c.mask = MaskKind::Boolean, c.fully_masked_rows = true;
       c.lse = k % 2 == 0;
       c.row = "cuda_fused_prefill";
-      cases.push_back({detail::cuda::kPrefillSharedBudgets[class_index], c});
+      cases.push_back({detail::cuda::kSharedBudgets[class_index], c});
       ++k;
     }
   return cases;

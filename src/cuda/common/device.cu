@@ -10,6 +10,7 @@
 #include "core/validate.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
+#include "cuda/common/shared_budget.h"
 #include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail::cuda {
@@ -138,6 +139,12 @@ size_t block_shared_memory(const DeviceInfo& device) {
   const size_t bytes = device.shared_memory_per_block_optin;
   const int64_t limit = shared_memory_limit();
   return limit >= 0 && static_cast<size_t>(limit) < bytes ? static_cast<size_t>(limit) : bytes;
+}
+
+int shared_class_of(const DeviceInfo* device) {
+  if (device == nullptr) return 0;
+  const int fit = shared_class_for_bytes(static_cast<long long>(block_shared_memory(*device)));
+  return fit >= 0 ? fit : kSharedClasses - 1;
 }
 
 StreamWorkspace::StreamWorkspace(size_t bytes, int device_index, void* stream) : stream_(stream) {

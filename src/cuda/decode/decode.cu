@@ -66,20 +66,30 @@ std::pair<int64_t, int64_t> key_hull(const Problem& p, const Options& options) {
   return end > begin ? std::pair{begin, end} : std::pair<int64_t, int64_t>{0, 0};
 }
 
-template <typename T, size_t I>
+template <typename T, size_t I, int C>
 DecodeBucketFns fns_if_compiled() {
   if constexpr (kDecodeBuckets[I].compiled)
-    return decode_bucket_fns<T, kDecodeBuckets[I].head_dim_qk, kDecodeBuckets[I].head_dim_v>();
+    return decode_bucket_fns<T, kDecodeBuckets[I].head_dim_qk, kDecodeBuckets[I].head_dim_v, C>();
   else
     return {};
 }
 
+template <typename T, size_t I>
+DecodeBucketFns fns_of_class(int shared_class) {
+  DecodeBucketFns fns{};
+  [&]<int... C>(std::integer_sequence<int, C...>) {
+    ((C == shared_class ? void(fns = fns_if_compiled<T, I, C>()) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kSharedClasses>{});
+  return fns;
+}
+
 template <typename T>
-DecodeBucketFns bucket_fns_for(int64_t head_dim_qk, int64_t head_dim_v) {
+DecodeBucketFns bucket_fns_for(int64_t head_dim_qk, int64_t head_dim_v, int shared_class) {
   DecodeBucketFns fns{};
   [&]<size_t... I>(std::index_sequence<I...>) {
     ((kDecodeBuckets[I].head_dim_qk == head_dim_qk && kDecodeBuckets[I].head_dim_v == head_dim_v
-          ? void(fns = fns_if_compiled<T, I>())
+          ? void(fns = fns_of_class<T, I>(shared_class))
           : void()),
      ...);
   }
@@ -87,17 +97,22 @@ DecodeBucketFns bucket_fns_for(int64_t head_dim_qk, int64_t head_dim_v) {
   return fns;
 }
 
-DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v) {
+// The bucket's instance for the dtype and the shared-memory class of the
+// tensor-core kernel's tiling (shared_budget.h; the f32 kernel's is the same
+// in every class).
+DecodeBucketFns bucket_fns(DType dtype, int64_t head_dim_qk, int64_t head_dim_v, int shared_class) {
+  if (shared_class < 0 || shared_class >= kSharedClasses)
+    throw Error("fsdpa: internal: decode shared-memory class " + std::to_string(shared_class));
   DecodeBucketFns fns{};
   switch (dtype) {
     case DType::BF16:
-      fns = bucket_fns_for<__nv_bfloat16>(head_dim_qk, head_dim_v);
+      fns = bucket_fns_for<__nv_bfloat16>(head_dim_qk, head_dim_v, shared_class);
       break;
     case DType::F16:
-      fns = bucket_fns_for<__half>(head_dim_qk, head_dim_v);
+      fns = bucket_fns_for<__half>(head_dim_qk, head_dim_v, shared_class);
       break;
     case DType::F32:
-      fns = bucket_fns_for<float>(head_dim_qk, head_dim_v);
+      fns = bucket_fns_for<float>(head_dim_qk, head_dim_v, shared_class);
       break;
     case DType::Bool:
     case DType::I32:
@@ -166,11 +181,14 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
 Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_block) {
   const DecodeBucket* bucket = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (bucket == nullptr) return Verdict::no("no compiled decode bucket");
-  // The tensor-core kernel for f16/bf16, the CUDA-core one for f32.
+  // The tensor-core kernel for f16/bf16 in the tiling of the budget's class
+  // (shared_class_of's rule), the CUDA-core one for f32.
+  const int fit = shared_class_for_bytes(static_cast<long long>(shared_bytes_per_block));
   const size_t need =
       p.dtype == DType::F32
           ? decode_smem_layout(4, bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k).total
-          : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k,
+          : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v,
+                                  fit >= 0 ? fit : kSharedClasses - 1, p.v_aliases_k,
                                   p.page_size > 0);
   return fits_shared_memory("the decode kernel of bucket " + std::to_string(bucket->head_dim_qk) +
                                 "/" + std::to_string(bucket->head_dim_v) + " (" +
@@ -257,26 +275,32 @@ bool packs_narrow_rows(const Problem& p, int row_alignment) {
 }
 
 // What decode planning knows of the problem's device: its compute capability
-// (kAssumedComputeCapability without a device), whether it is the current
-// one (only then can the bucket's instance be asked about it), and the sm
-// version of that instance's tensor-core binary there (0: unknown).
+// (kAssumedComputeCapability without a device), the shared-memory class
+// whose tiling the tensor-core kernel takes there (shared_class_of), whether
+// it is the current one (only then can the bucket's instance be asked about
+// it), and the sm version of that instance's tensor-core binary there (0:
+// unknown).
 struct DecodeDevice {
   int compute_capability = kAssumedComputeCapability;
+  int shared_class = 0;
   bool current = false;
   int mma_binary = 0;
 };
 
 DecodeDevice decode_device(const Problem& p) {
   DecodeDevice d;
-  if (const DeviceInfo* target = planning_device(p.device.index))
+  const DeviceInfo* target = planning_device(p.device.index);
+  if (target != nullptr)
     d.compute_capability = target->compute_capability;  // an offline target's too
+  d.shared_class = shared_class_of(target);
   if (!has_device(p.device.index)) return d;
   int current = 0;
   FSDPA_CUDA_CHECK(cudaGetDevice(&current));
   d.current = current == p.device.index;
   const DecodeBucket* covering = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (d.current && covering != nullptr) {
-    const DecodeBucketFns fns = bucket_fns(p.dtype, covering->head_dim_qk, covering->head_dim_v);
+    const DecodeBucketFns fns =
+        bucket_fns(p.dtype, covering->head_dim_qk, covering->head_dim_v, d.shared_class);
     if (fns.mma_binary_version != nullptr) d.mma_binary = fns.mma_binary_version();
   }
   return d;
@@ -301,15 +325,16 @@ void decode_configure(const Problem& p, Plan& plan) {
         ", head_dim_v=" + std::to_string(p.head_dim_v) + " (compiled: " + compiled_bucket_list() +
         ")");
   const DecodeBucket& bucket = *covering;
-  const DecodeBlockShape tile =
-      decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk, bucket.head_dim_v);
-  // The bucket's instance for the dtype (bucket_fns raises when that is not
-  // compiled): the plan carries its launch.
-  const DecodeBucketFns fns = bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v);
+  const DecodeDevice device = decode_device(p);
+  const DecodeBlockShape tile = decode_block_shape(elem_bytes(p.dtype), bucket.head_dim_qk,
+                                                   bucket.head_dim_v, device.shared_class);
+  // The bucket's instance for the dtype and the device's tiling (bucket_fns
+  // raises when that is not compiled): the plan carries its launch.
+  const DecodeBucketFns fns =
+      bucket_fns(p.dtype, bucket.head_dim_qk, bucket.head_dim_v, device.shared_class);
   plan.instance = reinterpret_cast<void (*)()>(fns.launch);
   // Resident blocks per SM from the occupancy calculator where the device
   // is the current one, else an H100/H200-like guess.
-  const DecodeDevice device = decode_device(p);
   int blocks_per_sm = kAssumedBlocksPerSm;
   if (device.current) {
     const int64_t kv_group_size = p.heads_kv > 0 ? p.heads_q / p.heads_kv : 0;
@@ -336,7 +361,7 @@ void decode_configure(const Problem& p, Plan& plan) {
         "; 16-byte cp.async of each stage's span where k's and v's rows are contiguous from "
         "16-byte aligned bases";
   if (page_groups && decode_page_box_binary(p) &&
-      decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v))
+      decode_mma_page_boxes(bucket.head_dim_qk, bucket.head_dim_v, device.shared_class))
     plan.loads =
         "TMA boxes of 16 rows of a page where k's and v's bases and strides are 16-byte "
         "aligned, else " +
@@ -385,9 +410,8 @@ void decode_launch(const Plan& plan, const Tensors& t, void* workspace, void* st
   const auto launch = reinterpret_cast<decltype(DecodeBucketFns::launch)>(plan.instance);
   if (launch == nullptr)
     throw Error("fsdpa: internal: a decode plan without its instance (" + plan.kernel + ")");
-  const DecodeBlockShape tile = decode_block_shape(
-      elem_bytes(p.dtype), int(plan.head_dim_qk_bucket), int(plan.head_dim_v_bucket));
-  launch(make_decode_params(plan, t, workspace, tile.rows, decode_split_keys_multiple(p)),
+  // The plan's packed rows per block (decode_block_shape of its tiling).
+  launch(make_decode_params(plan, t, workspace, int(plan.tile_q), decode_split_keys_multiple(p)),
          static_cast<cudaStream_t>(stream));
 }
 

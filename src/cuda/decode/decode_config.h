@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/shared_budget.h"
+
 namespace fsdpa::detail::cuda {
 
 // The decode limit of the selection table (docs/design.md), chosen by measurement
@@ -172,17 +174,15 @@ inline constexpr int kDecodeMmaWarps = 8;
 inline constexpr int kDecodeMmaKeysPerStream = 16;  // one k-step of P.V
 inline constexpr int kDecodeMmaMaxDvPerWarp = 128;
 inline constexpr int kDecodeMmaMaxStages = 4;
-// Shared memory a block may take when two blocks share an SM (228 KB per SM,
-// 1 KB reserved per block), and the opt-in limit of one block (227 KB).
-inline constexpr size_t kDecodeMmaTwoBlockBytes = 113 * 1024;
-inline constexpr size_t kDecodeMmaOneBlockBytes = 227 * 1024;
 
 struct DecodeMmaConfig {
   int dv_parts;        // warps that share a stream, each with Dv / dv_parts columns
   int streams;         // independent key streams per block
   int keys_per_stage;  // streams x kDecodeMmaKeysPerStream
-  int stages;          // cp.async ring depth
+  int stages;          // cp.async ring depth (0: no tiling fits the budget)
   int min_blocks;      // resident blocks per SM the shared memory allows (launch bounds)
+  bool split_qk;       // the warps of a stream split its Q.K k-steps (decode_mma_split_qk)
+  bool page_boxes;     // the paged variant may read stages as TMA boxes (decode_mma_page_boxes)
 };
 
 // Shared-memory rows are padded by 16 bytes (8 elements): ldmatrix rows of
@@ -195,7 +195,8 @@ constexpr int decode_mma_row(int dim) { return dim + 8; }
 // work dominates (D=512, 8 parts: 57 -> 66% of the copy ceiling at
 // Lk=131072; D=256, 4 parts: 79 -> 84%; MLA, 4 parts: 51 -> 64 TFLOP/s), while
 // at D=128 the exchange's 8 KB of shared memory cost the 2-part, 3-stage
-// tiling (87 -> 58% with the 4-part tiling it forced).
+// tiling (87 -> 58% with the 4-part tiling it forced). A tiling whose
+// exchange does not fit the budget goes without it (decode_mma_config).
 constexpr bool decode_mma_split_qk(int streams) { return kDecodeMmaWarps / streams >= 4; }
 
 struct DecodeMmaSmem {
@@ -210,18 +211,18 @@ struct DecodeMmaSmem {
 // may arrive as TMA boxes: decode_mma_page_boxes): the ring and every stage
 // start on a multiple of 1024 bytes, the 128-byte swizzle's period
 // (`ring` is the ring's offset; dynamic shared memory starts on one).
-constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, int stages, int streams, bool v_aliases_k,
+constexpr DecodeMmaSmem decode_mma_smem(int dqk, int dv, const DecodeMmaConfig& c, bool v_aliases_k,
                                         bool boxes = false) {
   auto pad = [boxes](size_t bytes) { return boxes ? (bytes + 1023) / 1024 * 1024 : bytes; };
   DecodeMmaSmem l{};
   l.q = size_t(kDecodeMmaRows) * decode_mma_row(dqk) * 2;
-  l.stats = size_t(streams) * kDecodeMmaRows * 8;
-  l.exchange = decode_mma_split_qk(streams) ? size_t(kDecodeMmaWarps) * 32 * 8 * 4 : 0;
+  l.stats = size_t(c.streams) * kDecodeMmaRows * 8;
+  l.exchange = c.split_qk ? size_t(kDecodeMmaWarps) * 32 * 8 * 4 : 0;
   l.ring = pad(l.q + l.stats + l.exchange);
-  l.stage = pad(size_t(streams) * kDecodeMmaKeysPerStream *
+  l.stage = pad(size_t(c.streams) * kDecodeMmaKeysPerStream *
                 (decode_mma_row(dqk) + (v_aliases_k ? 0 : decode_mma_row(dv))) * 2);
-  const size_t ring = l.stage * stages;
-  const size_t merge = size_t(streams) * kDecodeMmaRows * dv * 4;
+  const size_t ring = l.stage * c.stages;
+  const size_t merge = size_t(c.streams) * kDecodeMmaRows * dv * 4;
   l.stages = ring > merge ? ring : merge;
   l.total = l.ring + l.stages;
   return l;
@@ -242,39 +243,89 @@ constexpr bool decode_mma_split_list(int dqk, int dv) { return !(dqk == 576 && d
 // fits, at one block per SM).
 constexpr bool decode_mma_tiled_for_alias(int dqk, int dv) { return dqk == 576 && dv == 512; }
 
-// Stages of `parts` Dv parts that fit `budget` bytes of shared memory (at most 4).
-constexpr int decode_mma_stages_within(int dqk, int dv, int parts, size_t budget) {
-  const DecodeMmaSmem one =
-      decode_mma_smem(dqk, dv, 1, kDecodeMmaWarps / parts, decode_mma_tiled_for_alias(dqk, dv));
-  const size_t fixed = one.q + one.stats + one.exchange;
-  const int n = budget > fixed ? int((budget - fixed) / one.stage) : 0;
+// A tiling of `parts` Dv parts with `stages` stages (the stage count and the
+// boxes still to be chosen).
+constexpr DecodeMmaConfig decode_mma_tiling(int parts, int stages, int blocks, bool split_qk) {
+  const int streams = kDecodeMmaWarps / parts;
+  return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks, split_qk, false};
+}
+
+// Stages of a tiling whose layout fits `budget` bytes of shared memory and
+// whose unaliased layout fits one block of class `shared_class` (at most 4).
+constexpr int decode_mma_stages_within(int dqk, int dv, int parts, bool split_qk, size_t budget,
+                                       int shared_class) {
+  auto fit = [&](bool v_aliases_k, size_t bytes) {
+    const DecodeMmaSmem one =
+        decode_mma_smem(dqk, dv, decode_mma_tiling(parts, 1, 1, split_qk), v_aliases_k);
+    const size_t fixed = one.q + one.stats + one.exchange;
+    return bytes > fixed ? int((bytes - fixed) / one.stage) : 0;
+  };
+  const int tiled = fit(decode_mma_tiled_for_alias(dqk, dv), budget);
+  const int unaliased = fit(false, size_t(kSharedBudgets[shared_class]));
+  const int n = tiled < unaliased ? tiled : unaliased;
   return n > kDecodeMmaMaxStages ? kDecodeMmaMaxStages : n;
 }
 
-// Measured on the H200 (bench/NOTES.md, decode rounds 4-6 and session 6; B=1
-// Hq=32 Hkv=8 Lk=131072, share of the copy ceiling): one block of 4 warps per
-// SM streamed worse than two (D=256: 59% against 70%), and so did one block of
-// 8 warps with a 4-6 stage ring (D=128: 77% against 87%, 512: 45% against
-// 66%); one key stream of 16 keys per stage worse than two (288: 50% against
-// 68%), and 8 warps per block better than 4 (D=128: 86% against 82%, same
-// machine). So: two blocks per SM with
-// at least two streams (3 stages, else 2), the fewest Dv parts first; else
-// two blocks with one stream; else one block per SM. Four or more warps
-// that share a stream split the Q.K product (decode_mma_split_qk).
-constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv) {
+// Whether a paged cache's stages may arrive as TMA boxes of 16 page rows (on
+// sm_90, where DecodeParams::page_boxes is set): buckets of whole 64-column
+// panels (the boxes' 128-byte swizzle), at most one box per lane of the warp
+// that issues a stream's, and the 1024-byte aligned layout within the
+// shared memory the tiling's occupancy assumes (so that it does not change).
+// A warp's columns of Dv may start inside a panel (320: 80 columns a warp);
+// its 16-column steps never straddle one.
+constexpr bool decode_mma_boxes_fit(int dqk, int dv, const DecodeMmaConfig& c, size_t budget) {
+  return dqk % 64 == 0 && dv % 64 == 0 && dqk / 64 + dv / 64 <= 32 &&
+         decode_mma_smem(dqk, dv, c, decode_mma_tiled_for_alias(dqk, dv), true).total <= budget;
+}
+
+// The tiling of a bucket for the shared-memory class `shared_class`
+// (shared_budget.h). Measured on the H200 (bench/NOTES.md, decode rounds 4-6
+// and session 6; B=1 Hq=32 Hkv=8 Lk=131072, share of the copy ceiling): one
+// block of 4 warps per SM streamed worse than two (D=256: 59% against 70%),
+// and so did one block of 8 warps with a 4-6 stage ring (D=128: 77% against
+// 87%, 512: 45% against 66%); one key stream of 16 keys per stage worse than
+// two (288: 50% against 68%), and 8 warps per block better than 4 (D=128:
+// 86% against 82%, same machine). So: two blocks per SM with at least two
+// streams (3 stages, else 2), the fewest Dv parts first; else two blocks
+// with one stream; else the same order for one block per SM; and only where
+// none of those fits, the same without the Q.K exchange (the 320 bucket in
+// 99 KB). Every problem of the bucket fits one block, the unaliased 576/512
+// one included. The smaller budgets' tilings follow the rule untuned (no such
+// GPU measured).
+constexpr DecodeMmaConfig decode_mma_config(int dqk, int dv, int shared_class) {
+  const size_t budgets[2] = {size_t(shared_budget_two_blocks(shared_class)),
+                             size_t(kSharedBudgets[shared_class])};
   int min_parts = 1;
   while (dv > min_parts * kDecodeMmaMaxDvPerWarp) min_parts *= 2;
-  int parts = min_parts, stages = 0, blocks = 1;
-  for (int max_parts = kDecodeMmaWarps / 2; max_parts <= kDecodeMmaWarps && stages == 0;
-       max_parts *= 2)
-    for (int want = 3; want >= 2 && stages == 0; --want)
-      for (int p = min_parts; p <= max_parts && stages == 0; p *= 2) {
-        const int n = decode_mma_stages_within(dqk, dv, p, kDecodeMmaTwoBlockBytes);
-        if (dv % (16 * p) == 0 && n >= want) parts = p, stages = n, blocks = 2;
-      }
-  if (stages == 0) stages = decode_mma_stages_within(dqk, dv, parts, kDecodeMmaOneBlockBytes);
-  const int streams = kDecodeMmaWarps / parts;
-  return {parts, streams, streams * kDecodeMmaKeysPerStream, stages, blocks};
+  for (int exchange = 1; exchange >= 0; --exchange)
+    for (int blocks = 2; blocks >= 1; --blocks)
+      for (int max_parts = kDecodeMmaWarps / 2; max_parts <= kDecodeMmaWarps; max_parts *= 2)
+        for (int want = 3; want >= 2; --want)
+          for (int p = min_parts; p <= max_parts; p *= 2) {
+            const bool split_qk = decode_mma_split_qk(kDecodeMmaWarps / p);
+            if (dv % (16 * p) != 0 || (exchange == 0 && !split_qk)) continue;
+            const bool split = split_qk && exchange == 1;
+            const size_t budget = budgets[2 - blocks];
+            const int n = decode_mma_stages_within(dqk, dv, p, split, budget, shared_class);
+            if (n < want) continue;
+            DecodeMmaConfig c = decode_mma_tiling(p, n, blocks, split);
+            c.page_boxes = decode_mma_boxes_fit(dqk, dv, c, budget);
+            return c;
+          }
+  return decode_mma_tiling(min_parts, 0, 1, false);
+}
+
+// The smallest shared-memory class whose tiling equals class `shared_class`'s:
+// the classes of equal tilings share one kernel.
+constexpr int decode_mma_tiling_class(int dqk, int dv, int shared_class) {
+  const DecodeMmaConfig c = decode_mma_config(dqk, dv, shared_class);
+  for (int k = 0; k < shared_class; ++k) {
+    const DecodeMmaConfig o = decode_mma_config(dqk, dv, k);
+    if (o.dv_parts == c.dv_parts && o.stages == c.stages && o.min_blocks == c.min_blocks &&
+        o.split_qk == c.split_qk && o.page_boxes == c.page_boxes)
+      return k;
+  }
+  return shared_class;
 }
 
 // Whether a paged cache (page_size > 0) reaches the tensor-core kernel in
@@ -287,40 +338,32 @@ constexpr bool decode_mma_page_groups(int64_t page_size, int row_alignment) {
   return page_size % kDecodeMmaKeysPerStream == 0 && row_alignment >= 16;
 }
 
-// Whether the tensor-core split kernel's paged variant may read a stage as
-// TMA boxes of 16 page rows (on sm_90, where DecodeParams::page_boxes is
-// set): buckets of whole 64-column panels (the boxes' 128-byte swizzle), at
-// most one box per lane of the warp that issues a stream's, and the 1024-byte
-// aligned layout within the tiling's shared memory (so that the occupancy
-// does not change). A warp's columns of Dv may start inside a panel (320: 80
-// columns a warp); its 16-column steps never straddle one.
-constexpr bool decode_mma_page_boxes(int dqk, int dv) {
-  const DecodeMmaConfig c = decode_mma_config(dqk, dv);
-  return dqk % 64 == 0 && dv % 64 == 0 && dqk / 64 + dv / 64 <= 32 &&
-         decode_mma_smem(dqk, dv, c.stages, c.streams, decode_mma_tiled_for_alias(dqk, dv), true)
-                 .total <= (c.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes);
+// Whether the paged variant of the class's tiling may read page groups as
+// TMA boxes (decode_mma_boxes_fit).
+constexpr bool decode_mma_page_boxes(int dqk, int dv, int shared_class) {
+  return decode_mma_config(dqk, dv, shared_class).page_boxes;
 }
 
-// `paged`: the paged variant, whose layout is the boxes' where the bucket
+// `paged`: the paged variant, whose layout is the boxes' where the tiling
 // takes them.
-constexpr size_t decode_mma_smem_bytes(int dqk, int dv, bool v_aliases_k, bool paged = false) {
-  const DecodeMmaConfig c = decode_mma_config(dqk, dv);
-  return decode_mma_smem(dqk, dv, c.stages, c.streams, v_aliases_k,
-                         paged && decode_mma_page_boxes(dqk, dv))
-      .total;
+constexpr size_t decode_mma_smem_bytes(int dqk, int dv, int shared_class, bool v_aliases_k,
+                                       bool paged = false) {
+  const DecodeMmaConfig c = decode_mma_config(dqk, dv, shared_class);
+  return decode_mma_smem(dqk, dv, c, v_aliases_k, paged && c.page_boxes).total;
 }
 
 // The resident blocks per SM the kernel's launch bounds promise ptxas for
 // compute capability `arch` (__CUDA_ARCH__): the tiling's own count on sm_90,
 // and before it no more than the largest pre-Hopper SM's shared memory holds
-// (the A100's 164 KB): two blocks of a tiling for 113 KB each never fit
-// there, and promising them capped the registers at 128 for nothing (the
+// (the A100's 164 KB): two blocks of sm_90's tiling for 113 KB each never
+// fit there, and promising them capped the registers at 128 for nothing (the
 // 576/512 instance spilled on sm_80).
 inline constexpr size_t kDecodeMmaPreHopperSmBytes = 164 * 1024;
-constexpr int decode_mma_launch_blocks(int dqk, int dv, int arch) {
-  const int blocks = decode_mma_config(dqk, dv).min_blocks;
+constexpr int decode_mma_launch_blocks(int dqk, int dv, int shared_class, int arch) {
+  const int blocks = decode_mma_config(dqk, dv, shared_class).min_blocks;
   if (arch >= 900) return blocks;
-  const int fit = int(kDecodeMmaPreHopperSmBytes / decode_mma_smem_bytes(dqk, dv, false));
+  const int fit =
+      int(kDecodeMmaPreHopperSmBytes / decode_mma_smem_bytes(dqk, dv, shared_class, false));
   return fit < 1 ? 1 : (fit < blocks ? fit : blocks);
 }
 
@@ -329,8 +372,9 @@ constexpr int decode_mma_launch_blocks(int dqk, int dv, int arch) {
 struct DecodeBlockShape {
   int rows, keys;
 };
-constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv) {
-  if (elem_bytes == 2) return {kDecodeMmaRows, decode_mma_config(dqk, dv).keys_per_stage};
+constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv, int shared_class) {
+  if (elem_bytes == 2)
+    return {kDecodeMmaRows, decode_mma_config(dqk, dv, shared_class).keys_per_stage};
   const DecodeTileConfig t = decode_tile_config(elem_bytes, dqk, dv);
   return {t.rows, t.keys_per_warp * t.warps};
 }
@@ -375,11 +419,31 @@ static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
 static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&
               mla_tile_boxes(24) == 0 && mla_tile_boxes(0) == 0);
 
-// Every tensor-core instance fits the opt-in limit, MLA's bucket unaliased included.
-static_assert(decode_mma_config(64, 64).stages >= 2 && decode_mma_config(512, 512).stages >= 2);
-static_assert(decode_mma_smem_bytes(576, 512, false) <= kDecodeMmaOneBlockBytes);
-static_assert(decode_mma_smem_bytes(512, 512, false) <= kDecodeMmaOneBlockBytes);
-static_assert(decode_mma_smem_bytes(320, 320, false) <= kDecodeMmaOneBlockBytes);
+// Every bucket has a tiling of at least two stages in every class.
+constexpr bool decode_mma_tiled_in_every_class(int dqk, int dv) {
+  for (int c = 0; c < kSharedClasses; ++c)
+    if (decode_mma_config(dqk, dv, c).stages < 2) return false;
+  return true;
+}
+static_assert(decode_mma_tiled_in_every_class(64, 64) &&
+              decode_mma_tiled_in_every_class(128, 128) &&
+              decode_mma_tiled_in_every_class(192, 128) &&
+              decode_mma_tiled_in_every_class(256, 256) &&
+              decode_mma_tiled_in_every_class(320, 320) &&
+              decode_mma_tiled_in_every_class(512, 512) &&
+              decode_mma_tiled_in_every_class(576, 512));
+// sm_90's tilings (bench/NOTES.md's measurements), and the smaller budgets'
+// for 64 and 128 (two blocks per SM, four and two stages of 2 streams).
+static_assert(decode_mma_config(128, 128, 0).dv_parts == 2 &&
+              decode_mma_config(128, 128, 0).stages == 3 &&
+              decode_mma_config(512, 512, 0).dv_parts == 8 &&
+              decode_mma_config(576, 512, 0).min_blocks == 2);
+static_assert(decode_mma_config(64, 64, 2).min_blocks == 2 &&
+              decode_mma_config(128, 128, 2).min_blocks == 2 &&
+              decode_mma_config(128, 128, 2).stages == 2);
+// 320 in 99 KB: one block, without the Q.K exchange.
+static_assert(!decode_mma_config(320, 320, 2).split_qk &&
+              decode_mma_config(320, 320, 2).stages == 2);
 
 static_assert(decode_tile_config(4, 64, 64).keys_per_warp == 16);
 static_assert(decode_tile_config(4, 128, 128).keys_per_warp == 8);

@@ -6,30 +6,75 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/common/shared_budget.h"
 #include "cuda/decode/decode_launch.h"
 
 namespace fsdpa::detail::cuda {
 
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 64, 64>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 64, 64>();
-extern template DecodeBucketFns decode_bucket_fns<float, 64, 64>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 128, 128>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 128, 128>();
-extern template DecodeBucketFns decode_bucket_fns<float, 128, 128>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 192, 128>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 192, 128>();
-extern template DecodeBucketFns decode_bucket_fns<float, 192, 128>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 256, 256>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 256, 256>();
-extern template DecodeBucketFns decode_bucket_fns<float, 256, 256>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 320, 320>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 320, 320>();
-extern template DecodeBucketFns decode_bucket_fns<float, 320, 320>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 512, 512>();
-extern template DecodeBucketFns decode_bucket_fns<float, 512, 512>();
-extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 576, 512>();
-extern template DecodeBucketFns decode_bucket_fns<__half, 576, 512>();
-extern template DecodeBucketFns decode_bucket_fns<float, 576, 512>();
+static_assert(kSharedClasses == 3, "generate_instances.py: SHARED_CLASSES");
+
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 64, 64, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 64, 64, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 64, 64, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 64, 64, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 64, 64, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 64, 64, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 64, 64, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 64, 64, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 64, 64, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 128, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 128, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 128, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 128, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 128, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 128, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 128, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 128, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 128, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 192, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 192, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 192, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 192, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 192, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 192, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 192, 128, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 192, 128, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 192, 128, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 256, 256, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 256, 256, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 256, 256, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 256, 256, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 256, 256, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 256, 256, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 320, 320, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 320, 320, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 320, 320, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 320, 320, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 320, 320, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 320, 320, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 320, 320, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 320, 320, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 320, 320, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 512, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 512, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 512, 512, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 512, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 512, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 512, 512, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 576, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 576, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 576, 512, 2>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 576, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 576, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<__half, 576, 512, 2>();
+extern template DecodeBucketFns decode_bucket_fns<float, 576, 512, 0>();
+extern template DecodeBucketFns decode_bucket_fns<float, 576, 512, 1>();
+extern template DecodeBucketFns decode_bucket_fns<float, 576, 512, 2>();
 
 }  // namespace fsdpa::detail::cuda

@@ -362,14 +362,16 @@ int blocks_per_sm(int rows_per_kv_head, bool v_aliases_k) {
 
 }  // namespace decode_kernel
 
-template <typename T, int DQK, int DV>
+template <typename T, int DQK, int DV, int kClass>
 DecodeBucketFns decode_bucket_fns() {
-  if constexpr (sizeof(T) == 2)
-    return {decode_kernel::launch_mma_split<T, DQK, DV>,
-            decode_kernel::mma_blocks_per_sm<T, DQK, DV>,
+  if constexpr (sizeof(T) == 2) {
+    constexpr int kTiling = decode_mma_tiling_class(DQK, DV, kClass);
+    return {decode_kernel::launch_mma_split<T, DQK, DV, kTiling>,
+            decode_kernel::mma_blocks_per_sm<T, DQK, DV, kTiling>,
             decode_kernel::mma_binary_version<T, DQK, DV>};
-  else
+  } else {
     return {decode_kernel::launch_split<T, DQK, DV>, decode_kernel::blocks_per_sm<T, DQK, DV>};
+  }
 }
 
 }  // namespace fsdpa::detail::cuda

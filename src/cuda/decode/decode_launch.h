@@ -1,5 +1,6 @@
 // The decode instances as the dispatcher sees them: one function table per
-// (dtype, Dqk bucket, Dv bucket), defined in the generated files.
+// (dtype, Dqk bucket, Dv bucket, shared-memory class), defined in the
+// generated files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,7 +21,9 @@ struct DecodeBucketFns {
   int (*mma_binary_version)() = nullptr;
 };
 
-template <typename T, int DQK, int DV>
+// kClass: the shared-memory class (shared_budget.h) whose tiling the
+// tensor-core kernel takes; the CUDA-core kernel (f32) has one for all.
+template <typename T, int DQK, int DV, int kClass>
 DecodeBucketFns decode_bucket_fns();
 
 // Merges the split partials into out and lse (decode_combine.cu).

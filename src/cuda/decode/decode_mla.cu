@@ -741,6 +741,8 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
     return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
+  if (const DeviceInfo* device = planning_device(p.device.index))
+    return fits_shared_memory("the MLA kernel", kMlaSharedBytes, block_shared_memory(*device), p);
   return Verdict::yes();
 }
 

@@ -81,16 +81,19 @@ inline constexpr int kDecodeMmaArch = __CUDA_ARCH__;
 inline constexpr int kDecodeMmaArch = 900;  // the host pass: launch bounds unused
 #endif
 
-template <typename T, int DQK, int DV, KvLoad kLoad, bool kList>
+// kClass: the shared-memory class whose tiling the kernel takes
+// (decode_mma_config; the launches of classes of one tiling share the kernel
+// of the smallest: decode_mma_tiling_class).
+template <typename T, int DQK, int DV, int kClass, KvLoad kLoad, bool kList>
 __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
-                                  decode_mma_launch_blocks(DQK, DV, kDecodeMmaArch))
+                                  decode_mma_launch_blocks(DQK, DV, kClass, kDecodeMmaArch))
     decode_mma_kernel(const DecodeParams p, const __grid_constant__ DecodeKvMaps maps) {
-  constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV);
+  constexpr DecodeMmaConfig kConfig = decode_mma_config(DQK, DV, kClass);
   constexpr bool kPaged = kLoad == KvLoad::Paged, kPacked = kLoad == KvLoad::Packed;
   constexpr bool kBulkSpans = kPacked && kDecodeMmaArch >= 900;
   // The paged variant's layout where its bucket takes boxes (host and device
   // alike: decode_mma_smem_bytes), and whether this binary reads them.
-  constexpr bool kBoxLayout = kPaged && decode_mma_page_boxes(DQK, DV);
+  constexpr bool kBoxLayout = kPaged && kConfig.page_boxes;
   constexpr bool kPageBoxes = kBoxLayout && kDecodeMmaArch >= 900;
   // Stages that complete on the barriers of `full` (bulk or tensor copies).
   constexpr bool kStageBarriers = kBulkSpans || kPageBoxes;
@@ -104,19 +107,20 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   constexpr int kParts = kConfig.dv_parts;
   // Warps of a stream that each take a share of the Q.K k-steps: all of them
   // (decode_mma_split_qk), or one, each warp computing the whole S.
-  constexpr int kQkShares = decode_mma_split_qk(kStreams) ? kParts : 1;
+  constexpr int kQkShares = kConfig.split_qk ? kParts : 1;
   constexpr int kKSteps = DQK / 16;
   constexpr int kKStepsPerShare = (kKSteps + kQkShares - 1) / kQkShares;
   constexpr int kRowK = decode_mma_row(DQK), kRowV = decode_mma_row(DV), kRowQ = kRowK;
   constexpr DecodeMmaSmem kSmem =
-      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/false, kBoxLayout);
+      decode_mma_smem(DQK, DV, kConfig, /*v_aliases_k=*/false, kBoxLayout);
   constexpr DecodeMmaSmem kAliasedSmem =
-      decode_mma_smem(DQK, DV, kStages, kStreams, /*v_aliases_k=*/true, kBoxLayout);
+      decode_mma_smem(DQK, DV, kConfig, /*v_aliases_k=*/true, kBoxLayout);
   static_assert(DQK % 16 == 0 && kDvPart % 16 == 0 && kKeys == 16);
-  static_assert(
-      decode_mma_smem(DQK, DV, kStages, kStreams, decode_mma_tiled_for_alias(DQK, DV)).total <=
-          (kConfig.min_blocks == 2 ? kDecodeMmaTwoBlockBytes : kDecodeMmaOneBlockBytes),
-      "the tiling fits the shared memory its occupancy assumes");
+  static_assert(kStages >= 2 &&
+                    decode_mma_smem(DQK, DV, kConfig, decode_mma_tiled_for_alias(DQK, DV)).total <=
+                        size_t(kConfig.min_blocks == 2 ? shared_budget_two_blocks(kClass)
+                                                       : kSharedBudgets[kClass]),
+                "the tiling fits the shared memory its occupancy assumes");
 
   extern __shared__ __align__(16) unsigned char smem[];
   T* q_s = reinterpret_cast<T*>(smem);
@@ -669,42 +673,42 @@ inline bool merges_in_cluster(const DecodeParams& p, int binary_version, int mul
 template <typename T, int DQK, int DV>
 int mma_binary_version() {
   return prepare_launch(
-      reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, KvLoad::Rows, false>),
+      reinterpret_cast<const void*>(decode_mma_kernel<T, DQK, DV, 0, KvLoad::Rows, false>),
       kDecodeMmaWarps * 32, 0, "decode_mma_kernel");
 }
 
 // The split kernel for a call: its loads (KvLoad), with a list of splits or
 // without (decode_mma_split_list: the planner plans none at 576/512).
-template <typename T, int DQK, int DV, bool kList>
+template <typename T, int DQK, int DV, int kClass, bool kList>
 void (*mma_kernel_for(KvLoad load))(DecodeParams, DecodeKvMaps) {
   switch (load) {
     case KvLoad::Rows:
-      return decode_mma_kernel<T, DQK, DV, KvLoad::Rows, kList>;
+      return decode_mma_kernel<T, DQK, DV, kClass, KvLoad::Rows, kList>;
     case KvLoad::Paged:
-      return decode_mma_kernel<T, DQK, DV, KvLoad::Paged, kList>;
+      return decode_mma_kernel<T, DQK, DV, kClass, KvLoad::Paged, kList>;
     case KvLoad::Packed:
-      return decode_mma_kernel<T, DQK, DV, KvLoad::Packed, kList>;
+      return decode_mma_kernel<T, DQK, DV, kClass, KvLoad::Packed, kList>;
   }
   throw Error("fsdpa: internal: decode kernel loads " + std::to_string(static_cast<int>(load)));
 }
-template <typename T, int DQK, int DV>
+template <typename T, int DQK, int DV, int kClass>
 void (*mma_kernel_for(const DecodeParams& p))(DecodeParams, DecodeKvMaps) {
   const KvLoad load = p.kv.block_table != nullptr ? KvLoad::Paged
                       : p.packed_kv != 0          ? KvLoad::Packed
                                                   : KvLoad::Rows;
   if constexpr (decode_mma_split_list(DQK, DV)) {
-    if (p.split_slots != 0) return mma_kernel_for<T, DQK, DV, true>(load);
+    if (p.split_slots != 0) return mma_kernel_for<T, DQK, DV, kClass, true>(load);
   } else if (p.split_slots != 0) {
     throw Error("fsdpa: internal: a decode plan with a list of splits for the " +
                 std::to_string(DQK) + "/" + std::to_string(DV) +
                 " tensor-core kernel, which takes none");
   }
-  return mma_kernel_for<T, DQK, DV, false>(load);
+  return mma_kernel_for<T, DQK, DV, kClass, false>(load);
 }
 
 // Whether a paged cache's K and V pools can be read in TMA boxes of 16 page
-// rows (DecodeParams::page_boxes, for a bucket where decode_mma_page_boxes
-// holds): page groups, whose 16-byte rows (copy_bytes: row_alignment) mean
+// rows (DecodeParams::page_boxes, for a tiling that takes them:
+// decode_mma_page_boxes): page groups, whose 16-byte rows (copy_bytes: row_alignment) mean
 // 16-byte aligned bases and every stride of an extent past one a multiple of
 // 16 bytes, as the tensor maps need.
 inline bool page_boxes_fit(const DecodeParams& p) {
@@ -712,17 +716,17 @@ inline bool page_boxes_fit(const DecodeParams& p) {
          decode_mma_page_groups(p.kv.page_size, p.copy_bytes);
 }
 
-template <typename T, int DQK, int DV>
+template <typename T, int DQK, int DV, int kClass>
 void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
-  const auto kernel = mma_kernel_for<T, DQK, DV>(p);
+  const auto kernel = mma_kernel_for<T, DQK, DV, kClass>(p);
   const size_t smem =
-      decode_mma_smem_bytes(DQK, DV, p.v_aliases_k != 0, p.kv.block_table != nullptr);
+      decode_mma_smem_bytes(DQK, DV, kClass, p.v_aliases_k != 0, p.kv.block_table != nullptr);
   const int64_t blocks = decode_grid_blocks(p);
   const int binary = prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32,
                                     smem, "decode_mma_kernel");
   DecodeParams params = p;
   DecodeKvMaps maps{};
-  if constexpr (decode_mma_page_boxes(DQK, DV)) {
+  if constexpr (decode_mma_page_boxes(DQK, DV, kClass)) {
     if (binary >= 90 && page_boxes_fit(p)) {
       params.page_boxes = 1;
       auto map = [&](const void* base, const KvStrides& s, int head_dim) {
@@ -754,11 +758,11 @@ void launch_mma_split(const DecodeParams& p, cudaStream_t stream) {
   if (p.num_splits > 1) launch_decode_combine<T>(p, stream);
 }
 
-template <typename T, int DQK, int DV>
+template <typename T, int DQK, int DV, int kClass>
 int mma_blocks_per_sm(int /*rows_per_kv_head*/, bool v_aliases_k) {
   // The others: the same tiling.
-  const auto kernel = decode_mma_kernel<T, DQK, DV, KvLoad::Rows, false>;
-  const size_t smem = decode_mma_smem_bytes(DQK, DV, v_aliases_k);
+  const auto kernel = decode_mma_kernel<T, DQK, DV, kClass, KvLoad::Rows, false>;
+  const size_t smem = decode_mma_smem_bytes(DQK, DV, kClass, v_aliases_k);
   prepare_launch(reinterpret_cast<const void*>(kernel), kDecodeMmaWarps * 32, smem,
                  "decode_mma_kernel");
   int blocks = 0;

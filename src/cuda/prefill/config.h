@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iterator>
 
+#include "cuda/common/shared_budget.h"
 #include "cuda/common/staged_copy.h"
 
 namespace fsdpa::detail::cuda {
@@ -20,24 +21,6 @@ struct PrefillTile {
 
 constexpr int max_bucket(int head_dim_qk_bucket, int head_dim_v_bucket) {
   return head_dim_qk_bucket > head_dim_v_bucket ? head_dim_qk_bucket : head_dim_v_bucket;
-}
-
-// Opt-in shared memory per block: 227 KB on sm_90, 163 KB on sm_80, 99 KB
-// on sm_86/89. The wgmma and decode tilings are sized for sm_90; the
-// mma.sync prefill kernel, the one GPUs before Hopper run, has a tiling per
-// budget (prefill_tile), so that every bucket runs fused on each of them.
-constexpr int kSm90SharedBytes = 227 * 1024;
-constexpr int kPrefillSharedBudgets[] = {kSm90SharedBytes, 163 * 1024, 99 * 1024};
-constexpr int kPrefillSharedClasses = 3;
-static_assert(sizeof(kPrefillSharedBudgets) / sizeof(int) == kPrefillSharedClasses,
-              "one budget a class");
-
-// The class of the largest budget a block of `bytes` of opt-in shared memory
-// holds; -1 when it holds none (below 99 KB: no GPU that runs mma.sync bf16).
-constexpr int prefill_shared_class(long long bytes) {
-  for (int c = 0; c < kPrefillSharedClasses; ++c)
-    if (kPrefillSharedBudgets[c] <= bytes) return c;
-  return -1;
 }
 
 // The most output columns one block holds (O in registers: Dv / 2 floats a
@@ -71,7 +54,7 @@ constexpr int prefill_shared_bytes(const PrefillTile& t, int head_dim_qk_bucket,
 
 // Measured on the H200 (bench/prefill_tune.cu, bf16 B=4 H=16 L=4096, TFLOP/s
 // non-causal/causal; 2026-11-29): see bench/NOTES.md "CUDA prefill". The
-// buckets up to 128 fit every budget (kPrefillSharedBudgets) with these
+// buckets up to 128 fit every budget (kSharedBudgets) with these
 // tiles; above, each budget takes the first tile of its list that fits.
 constexpr PrefillTile prefill_tile(int head_dim_qk_bucket, int head_dim_v_bucket,
                                    int shared_bytes = kSm90SharedBytes) {
@@ -115,7 +98,7 @@ constexpr PrefillTile decode_tile(int code) {
 constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket, int element_bytes,
                                    int shared_class = 0) {
   return prefill_shared_bytes(
-      prefill_tile(head_dim_qk_bucket, head_dim_v_bucket, kPrefillSharedBudgets[shared_class]),
+      prefill_tile(head_dim_qk_bucket, head_dim_v_bucket, kSharedBudgets[shared_class]),
       head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
@@ -247,11 +230,8 @@ static_assert(prefill_shared_bytes(128, 128, 2) <= 227 * 1024, "128 bucket excee
 static_assert(prefill_shared_bytes(576, 256, 2) <= kSm90SharedBytes &&
                   prefill_shared_bytes(512, 256, 2) <= kSm90SharedBytes,
               "the largest buckets (576/256, 512/256) exceed sm_90 smem");
-static_assert(prefill_shared_class(232448) == 0 && prefill_shared_class(166912) == 1 &&
-                  prefill_shared_class(101376) == 2 && prefill_shared_class(101375) == -1,
-              "the budgets of sm_90, sm_80 and sm_86/89 (their opt-in bytes a block)");
-static_assert(prefill_tile(256, 256, kPrefillSharedBudgets[2]).warps == 4 &&
-                  prefill_tile(576, 256, kPrefillSharedBudgets[2]).warps == 2,
+static_assert(prefill_tile(256, 256, kSharedBudgets[2]).warps == 4 &&
+                  prefill_tile(576, 256, kSharedBudgets[2]).warps == 2,
               "Gemma's 256 in 99 KB: 64 query rows; 576 in 99 KB: 32");
 static_assert(prefill_tile(64, 64).tile_k % 16 == 0 && prefill_tile(256, 256).tile_k % 16 == 0,
               "tile_k must be a multiple of the mma k step");

@@ -16,8 +16,8 @@ struct PrefillInstance {
   int head_dim_qk_bucket;
   int head_dim_v_bucket;
   bool compiled;
-  PrefillLaunch bf16[kPrefillSharedClasses];
-  PrefillLaunch f16[kPrefillSharedClasses];
+  PrefillLaunch bf16[kSharedClasses];
+  PrefillLaunch f16[kSharedClasses];
   PrefillLaunch hopper_bf16;
   PrefillLaunch hopper_f16;
 };
@@ -613,150 +613,150 @@ inline constexpr PrefillInstance kPrefillInstances[] = {
 #endif
 };
 
-static_assert(kPrefillSharedClasses == 3, "generate_instances.py: PREFILL_SHARED_CLASSES");
-static_assert(prefill_shared_bytes(16, 16, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(kSharedClasses == 3, "generate_instances.py: SHARED_CLASSES");
+static_assert(prefill_shared_bytes(16, 16, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 16/16 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(16, 16, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(16, 16, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 16/16 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(16, 16, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(16, 16, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 16/16 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(32, 32, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(32, 32, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 32/32 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(32, 32, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(32, 32, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 32/32 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(32, 32, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(32, 32, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 32/32 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(48, 48, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(48, 48, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 48/48 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(48, 48, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(48, 48, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 48/48 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(48, 48, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(48, 48, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 48/48 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(64, 64, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(64, 64, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 64/64 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(64, 64, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(64, 64, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 64/64 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(64, 64, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(64, 64, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 64/64 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(80, 80, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(80, 80, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 80/80 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(80, 80, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(80, 80, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 80/80 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(80, 80, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(80, 80, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 80/80 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(96, 96, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(96, 96, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 96/96 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(96, 96, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(96, 96, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 96/96 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(96, 96, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(96, 96, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 96/96 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(112, 112, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(112, 112, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 112/112 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(112, 112, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(112, 112, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 112/112 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(112, 112, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(112, 112, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 112/112 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(128, 128, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(128, 128, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 128/128 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(128, 128, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(128, 128, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 128/128 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(128, 128, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(128, 128, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 128/128 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(144, 144, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(144, 144, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 144/144 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(144, 144, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(144, 144, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 144/144 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(144, 144, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(144, 144, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 144/144 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(160, 160, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(160, 160, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 160/160 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(160, 160, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(160, 160, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 160/160 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(160, 160, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(160, 160, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 160/160 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(176, 176, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(176, 176, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 176/176 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(176, 176, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(176, 176, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 176/176 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(176, 176, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(176, 176, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 176/176 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(192, 192, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(192, 192, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 192/192 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(192, 192, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(192, 192, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 192/192 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(192, 192, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(192, 192, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 192/192 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(208, 208, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(208, 208, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 208/208 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(208, 208, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(208, 208, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 208/208 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(208, 208, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(208, 208, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 208/208 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(224, 224, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(224, 224, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 224/224 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(224, 224, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(224, 224, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 224/224 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(224, 224, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(224, 224, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 224/224 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(240, 240, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(240, 240, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 240/240 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(240, 240, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(240, 240, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 240/240 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(240, 240, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(240, 240, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 240/240 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(256, 256, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(256, 256, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 256/256 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(256, 256, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(256, 256, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 256/256 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(256, 256, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(256, 256, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 256/256 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(96, 64, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(96, 64, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 96/64 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(96, 64, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(96, 64, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 96/64 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(96, 64, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(96, 64, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 96/64 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(192, 128, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(192, 128, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 192/128 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(192, 128, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(192, 128, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 192/128 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(192, 128, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(192, 128, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 192/128 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(288, 144, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(288, 144, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 288/144 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(288, 144, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(288, 144, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 288/144 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(288, 144, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(288, 144, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 288/144 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(320, 160, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(320, 160, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 320/160 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(320, 160, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(320, 160, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 320/160 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(320, 160, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(320, 160, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 320/160 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(384, 192, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(384, 192, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 384/192 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(384, 192, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(384, 192, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 384/192 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(384, 192, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(384, 192, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 384/192 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(448, 224, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(448, 224, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 448/224 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(448, 224, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(448, 224, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 448/224 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(448, 224, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(448, 224, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 448/224 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(512, 256, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(512, 256, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 512/256 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(512, 256, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(512, 256, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 512/256 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(512, 256, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(512, 256, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 512/256 for shared-memory class 2 fits its budget");
-static_assert(prefill_shared_bytes(576, 256, 2, 0) <= kPrefillSharedBudgets[0],
+static_assert(prefill_shared_bytes(576, 256, 2, 0) <= kSharedBudgets[0],
               "the mma.sync tile of 576/256 for shared-memory class 0 fits its budget");
-static_assert(prefill_shared_bytes(576, 256, 2, 1) <= kPrefillSharedBudgets[1],
+static_assert(prefill_shared_bytes(576, 256, 2, 1) <= kSharedBudgets[1],
               "the mma.sync tile of 576/256 for shared-memory class 1 fits its budget");
-static_assert(prefill_shared_bytes(576, 256, 2, 2) <= kPrefillSharedBudgets[2],
+static_assert(prefill_shared_bytes(576, 256, 2, 2) <= kSharedBudgets[2],
               "the mma.sync tile of 576/256 for shared-memory class 2 fits its budget");
 static_assert(hopper_fits(16, 16), "generate_instances.py: the wgmma kernel fits 16/16");
 static_assert(hopper_fits(32, 32), "generate_instances.py: the wgmma kernel fits 32/32");

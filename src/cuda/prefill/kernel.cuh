@@ -198,13 +198,13 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 
-// The tile of the shared-memory class (config.h's kPrefillSharedBudgets) the
+// The tile of the shared-memory class (shared_budget.h's kSharedBudgets) the
 // plan chose for the device.
 template <int kDqk, int kDv, typename T, int kSharedClass>
 void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
   launch_prefill_tile<kDqk, kDv, T,
-                      encode_tile(prefill_tile(kDqk, kDv, kPrefillSharedBudgets[kSharedClass]))>(
-      params, stream);
+                      encode_tile(prefill_tile(kDqk, kDv, kSharedBudgets[kSharedClass]))>(params,
+                                                                                          stream);
 }
 
 }  // namespace fsdpa::detail::cuda

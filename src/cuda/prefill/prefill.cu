@@ -154,15 +154,6 @@ void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instan
   plan.tile_k = tile_k;
 }
 
-// The shared-memory class (config.h's kPrefillSharedBudgets) of `device`
-// (planning_device): the largest budget a block may opt into there
-// (block_shared_memory: FSDPA_SHARED_MEMORY_LIMIT may lower it); sm_90's
-// without one. -1: below every budget.
-int shared_class_of(const DeviceInfo* device) {
-  if (device == nullptr) return 0;
-  return prefill_shared_class(static_cast<long long>(block_shared_memory(*device)));
-}
-
 }  // namespace
 
 Verdict prefill_supports(const Problem& p, const Options&) {
@@ -173,14 +164,11 @@ Verdict prefill_supports(const Problem& p, const Options&) {
                          " of device " + std::to_string(p.device.index) +
                          " is below the sm_80 that mma.sync prefill needs");
     const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-    // Below every budget: the smallest one's bytes, for the message.
-    const int shared_class = shared_class_of(device);
-    const int smallest = kPrefillSharedClasses - 1;
     return instance_fits_shared_memory(
         p, *device, *instance,
         static_cast<size_t>(prefill_shared_bytes(instance->head_dim_qk_bucket,
                                                  instance->head_dim_v_bucket, 2,
-                                                 shared_class >= 0 ? shared_class : smallest)));
+                                                 shared_class_of(device))));
   }
   return Verdict::yes();
 }
@@ -188,10 +176,9 @@ Verdict prefill_supports(const Problem& p, const Options&) {
 void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   const int shared_class = shared_class_of(planning_device(p.device.index));
-  if (instance == nullptr || shared_class < 0)
-    throw Error("fsdpa: internal: prefill_configure without an instance or a tiling");
+  if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
   const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
-                                        kPrefillSharedBudgets[shared_class]);
+                                        kSharedBudgets[shared_class]);
   configure_16bit(p, plan, *instance, prefill_tile_q(tile), tile.tile_k,
                   instance->bf16[shared_class], instance->f16[shared_class]);
   plan.loads = copy_16_loads(p.row_alignment);

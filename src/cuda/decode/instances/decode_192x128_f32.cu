@@ -2,5 +2,7 @@
 #include "cuda/decode/decode_kernel.cuh"
 
 namespace fsdpa::detail::cuda {
-template DecodeBucketFns decode_bucket_fns<float, 192, 128>();
+template DecodeBucketFns decode_bucket_fns<float, 192, 128, 0>();
+template DecodeBucketFns decode_bucket_fns<float, 192, 128, 1>();
+template DecodeBucketFns decode_bucket_fns<float, 192, 128, 2>();
 }  // namespace fsdpa::detail::cuda

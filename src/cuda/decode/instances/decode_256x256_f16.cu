@@ -2,5 +2,7 @@
 #include "cuda/decode/decode_kernel.cuh"
 
 namespace fsdpa::detail::cuda {
-template DecodeBucketFns decode_bucket_fns<__half, 256, 256>();
+template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 0>();
+template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 1>();
+template DecodeBucketFns decode_bucket_fns<__half, 256, 256, 2>();
 }  // namespace fsdpa::detail::cuda

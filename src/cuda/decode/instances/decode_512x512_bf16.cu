@@ -2,5 +2,7 @@
 #include "cuda/decode/decode_kernel.cuh"
 
 namespace fsdpa::detail::cuda {
-template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512>();
+template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 0>();
+template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 1>();
+template DecodeBucketFns decode_bucket_fns<__nv_bfloat16, 512, 512, 2>();
 }  // namespace fsdpa::detail::cuda

@@ -2,5 +2,7 @@
 #include "cuda/decode/decode_kernel.cuh"
 
 namespace fsdpa::detail::cuda {
-template DecodeBucketFns decode_bucket_fns<float, 64, 64>();
+template DecodeBucketFns decode_bucket_fns<float, 64, 64, 0>();
+template DecodeBucketFns decode_bucket_fns<float, 64, 64, 1>();
+template DecodeBucketFns decode_bucket_fns<float, 64, 64, 2>();
 }  // namespace fsdpa::detail::cuda
