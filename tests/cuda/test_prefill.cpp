@@ -12,6 +12,7 @@
 #include "cuda/decode/decode_config.h"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/prefill.h"
+#include "cuda/prefill/simt_f32.h"
 #include "gpu_case.h"
 
 namespace fsdpa::gpu_test {
@@ -438,7 +439,8 @@ INSTANTIATE_TEST_SUITE_P(Grid, PrefillSemantics, ::testing::ValuesIn(semantic_ca
 // The mma.sync row (the kernel of sm_80-sm_89 GPUs) under the shared memory
 // of an A100 (163 KB a block) and of sm_86/sm_89 (99 KB): every bucket above
 // 128 takes its tile for that budget (config.h's prefill_tile), fused and
-// right, with every semantic on some case.
+// right, with every semantic on some case; and the f32 row its tile
+// (simt_f32.h) at the head dims where sm_90's does not fit.
 struct BudgetCase {
   int budget;  // bytes a block may opt into
   Case c;
@@ -471,6 +473,27 @@ std::vector<BudgetCase> budget_cases() {
       cases.push_back({detail::cuda::kSharedBudgets[class_index], c});
       ++k;
     }
+  // f32 (the exact SIMT row): 16 keys, then 16 rows a tile where 32 x 32
+  // does not fit (simt_f32.h's kSimtF32Tiles).
+  const std::pair<int64_t, int64_t> f32_dims[] = {{256, 256}, {320, 320}, {440, 440}, {576, 512}};
+  for (int class_index = 1; class_index < detail::cuda::kSharedClasses; ++class_index)
+    for (auto [qk, dv] : f32_dims) {
+      Case c;
+      c.head_dim_qk = qk;
+      c.head_dim_v = dv;
+      c.dtype = DType::F32;
+      c.len_q = k % 2 ? 45 : 70;
+      c.len_k = k % 2 ? 211 : 100;
+      c.heads_q = 2;
+      c.heads_kv = k % 2 ? 2 : 1;
+      c.causal = k % 2 == 0;
+      c.sinks = k % 3 == 1;
+      c.softcap = k % 4 == 3 ? 30.0 : 0.0;
+      c.lse = true;
+      c.row = "cuda_fused_prefill_f32";
+      cases.push_back({detail::cuda::kSharedBudgets[class_index], c});
+      ++k;
+    }
   return cases;
 }
 
@@ -478,7 +501,7 @@ class PrefillSharedBudgets : public ::testing::TestWithParam<BudgetCase> {};
 TEST_P(PrefillSharedBudgets, MatchesReference) {
   const BudgetCase& b = GetParam();
   const Case& c = b.c;
-  if (!compiled_for(c.head_dim_qk, c.head_dim_v))
+  if (c.dtype != DType::F32 && !compiled_for(c.head_dim_qk, c.head_dim_v))
     GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
   if (detail::cuda::device_info(0).compute_capability < 80) GTEST_SKIP() << "below sm_80";
   const test::EnvGuard limit("FSDPA_SHARED_MEMORY_LIMIT", std::to_string(b.budget).c_str());
@@ -486,15 +509,26 @@ TEST_P(PrefillSharedBudgets, MatchesReference) {
   const Outcome fused = run_case(c, rng);
   ASSERT_TRUE(fused.declined.empty()) << fused.declined;
   SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
-  const detail::cuda::PrefillTile tile =
-      detail::cuda::prefill_tile(static_cast<int>(fused.plan.head_dim_qk_bucket),
-                                 static_cast<int>(fused.plan.head_dim_v_bucket), b.budget);
-  EXPECT_EQ(fused.plan.tile_q, detail::cuda::prefill_tile_q(tile));
-  EXPECT_EQ(fused.plan.tile_k, tile.tile_k);
-  EXPECT_LE(
-      detail::cuda::prefill_shared_bytes(tile, static_cast<int>(fused.plan.head_dim_qk_bucket),
-                                         static_cast<int>(fused.plan.head_dim_v_bucket), 2),
-      b.budget);
+  if (c.dtype == DType::F32) {
+    const int index = detail::cuda::simt_f32_tile(c.head_dim_qk, c.head_dim_v, size_t(b.budget));
+    ASSERT_GE(index, 0);
+    const detail::cuda::SimtF32Tile tile = detail::cuda::kSimtF32Tiles[index];
+    EXPECT_EQ(fused.plan.tile_q, tile.rows);
+    EXPECT_EQ(fused.plan.tile_k, tile.keys);
+    EXPECT_LE(detail::cuda::simt_f32_shared_bytes(tile, c.head_dim_qk,
+                                                  detail::cuda::v_slice_columns(c.head_dim_v)),
+              size_t(b.budget));
+  } else {
+    const detail::cuda::PrefillTile tile =
+        detail::cuda::prefill_tile(static_cast<int>(fused.plan.head_dim_qk_bucket),
+                                   static_cast<int>(fused.plan.head_dim_v_bucket), b.budget);
+    EXPECT_EQ(fused.plan.tile_q, detail::cuda::prefill_tile_q(tile));
+    EXPECT_EQ(fused.plan.tile_k, tile.tile_k);
+    EXPECT_LE(
+        detail::cuda::prefill_shared_bytes(tile, static_cast<int>(fused.plan.head_dim_qk_bucket),
+                                           static_cast<int>(fused.plan.head_dim_v_bucket), 2),
+        b.budget);
+  }
   EXPECT_EQ(fused.unwritten, 0);
   EXPECT_EQ(fused.padding_touched, 0);
   EXPECT_LE(fused.relative_error, tolerance(c.dtype, c.allow_tf32));

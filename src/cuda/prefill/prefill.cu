@@ -310,7 +310,7 @@ void prefill_f32_configure(const Problem& p, Plan& plan) {
 void prefill_f32_launch(const Plan& plan, const Tensors& t, void*, void* stream) {
   const Problem& p = plan.problem;
   if (p.batch == 0 || p.heads_q == 0 || p.len_q == 0 || p.head_dim_v == 0) return;
-  simt_f32_launch(make_prefill_params(plan, t), static_cast<cudaStream_t>(stream));
+  simt_f32_launch(plan, make_prefill_params(plan, t), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace fsdpa::detail::cuda

@@ -1,8 +1,12 @@
-// f32 fused prefill on CUDA cores. Block = 32 query rows x 4 lanes per row;
-// K/V tiles of 32 keys in shared memory; each lane owns 8 keys of a score
-// tile and every 4th output column. Exact f32 arithmetic: this is the path
-// the contract asks for when TF32 is not allowed.
+// f32 fused prefill on CUDA cores. Block = kRows query rows x 4 lanes per
+// row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 4
+// keys of a score tile and every 4th output column. Exact f32 arithmetic:
+// this is the path the contract asks for when TF32 is not allowed. The tile
+// is the largest of kSimtF32Tiles whose Q, K, V and P fit the device's
+// shared memory a block (simt_f32_tile).
 #include <cuda_runtime.h>
+
+#include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
@@ -16,22 +20,20 @@ namespace fsdpa::detail::cuda {
 
 namespace {
 
-constexpr int kRows = 32;        // query rows per block
-constexpr int kKeys = 32;        // keys per tile
 constexpr int kLanesPerRow = 4;  // one quad per row: quad shuffles reduce a row
-constexpr int kThreads = kRows * kLanesPerRow;
 constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
-constexpr int kKeysPerLane = kKeys / kLanesPerRow;
-static_assert(kThreads == 128 && kKeys % kLanesPerRow == 0, "quad layout");
 
-size_t shared_bytes(int head_dim_qk, int head_dim_v) {
-  return sizeof(float) *
-         (static_cast<size_t>(kRows) * (head_dim_qk + 1) +
-          static_cast<size_t>(kKeys) * (head_dim_qk + 1) + static_cast<size_t>(kKeys) * head_dim_v +
-          static_cast<size_t>(kRows) * (kKeys + 1));
-}
+// The blocks per SM the launch bounds promise ptxas: left to it (0) at 32
+// keys, where it took 165-168 registers; at 16 keys it capped itself at 128
+// and spilled 32 bytes on sm_80, and one block lets it take 152-154.
+constexpr int simt_f32_min_blocks(int keys) { return keys == 32 ? 0 : 1; }
 
-__global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams p) {
+template <int kRows, int kKeys>
+__global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kKeys))
+    simt_f32_kernel(const PrefillParams p) {
+  constexpr int kThreads = kRows * kLanesPerRow;
+  constexpr int kKeysPerLane = kKeys / kLanesPerRow;
+  static_assert(kThreads % 32 == 0 && kKeys % kLanesPerRow == 0, "quad layout");
   extern __shared__ float shared[];
   // This block's column slice of Dv (PrefillParams::v_slice_shift).
   const int column0 =
@@ -176,38 +178,75 @@ __global__ void __launch_bounds__(kThreads) simt_f32_kernel(const PrefillParams 
   });
 }
 
-}  // namespace
-
-Verdict simt_f32_supports(const Problem& problem, const Options&) {
-  if (const DeviceInfo* device = planning_device(problem.device.index)) {
-    const size_t needed = shared_bytes(static_cast<int>(problem.head_dim_qk),
-                                       static_cast<int>(v_slice_columns(problem.head_dim_v)));
-    return fits_shared_memory(
-        "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
-            ", head_dim_v=" + std::to_string(problem.head_dim_v),
-        needed, block_shared_memory(*device), problem);
-  }
-  return Verdict::yes();
-}
-
-void simt_f32_configure(const Problem&, Plan& plan) {
-  // Runtime head dims: no compiled bucket, no padding.
-  plan.head_dim_qk_bucket = 0;
-  plan.head_dim_v_bucket = 0;
-  plan.pad_ratio = 1.0;
-  plan.tile_q = kRows;
-  plan.tile_k = kKeys;
-}
-
-void simt_f32_launch(const PrefillParams& params, cudaStream_t stream) {
-  const size_t bytes = shared_bytes(params.head_dim_qk, params.v_slice_width);
-  const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel);
+template <int kRows, int kKeys>
+void launch_simt_f32(const PrefillParams& params, cudaStream_t stream) {
+  constexpr int kThreads = kRows * kLanesPerRow;
+  const size_t bytes =
+      simt_f32_shared_bytes({kRows, kKeys}, params.head_dim_qk, params.v_slice_width);
+  const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel<kRows, kKeys>);
   prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill_f32");
   const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  simt_f32_kernel<<<grid, kThreads, bytes, stream>>>(params);
+  simt_f32_kernel<kRows, kKeys><<<grid, kThreads, bytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());
+}
+
+// One launch per entry of kSimtF32Tiles, in its order.
+using SimtF32Launch = void (*)(const PrefillParams&, cudaStream_t);
+constexpr SimtF32Launch kSimtF32Launches[] = {
+    launch_simt_f32<kSimtF32Tiles[0].rows, kSimtF32Tiles[0].keys>,
+    launch_simt_f32<kSimtF32Tiles[1].rows, kSimtF32Tiles[1].keys>,
+    launch_simt_f32<kSimtF32Tiles[2].rows, kSimtF32Tiles[2].keys>};
+static_assert(std::size(kSimtF32Launches) == std::size(kSimtF32Tiles), "a launch a tile");
+
+// The shared memory a block may take where the problem is planned (sm_90's
+// without a device).
+size_t planning_shared_bytes(const Problem& problem) {
+  const DeviceInfo* device = planning_device(problem.device.index);
+  return device != nullptr ? block_shared_memory(*device) : size_t{kSm90SharedBytes};
+}
+
+}  // namespace
+
+int simt_f32_tile(int64_t head_dim_qk, int64_t head_dim_v, size_t shared_bytes_per_block) {
+  for (int t = 0; t < static_cast<int>(std::size(kSimtF32Tiles)); ++t)
+    if (simt_f32_shared_bytes(kSimtF32Tiles[t], head_dim_qk, v_slice_columns(head_dim_v)) <=
+        shared_bytes_per_block)
+      return t;
+  return -1;
+}
+
+Verdict simt_f32_supports(const Problem& problem, const Options&) {
+  if (const DeviceInfo* device = planning_device(problem.device.index)) {
+    // Where no tile fits, the smallest one's bytes name what is missing.
+    const SimtF32Tile smallest = kSimtF32Tiles[std::size(kSimtF32Tiles) - 1];
+    return fits_shared_memory(
+        "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
+            ", head_dim_v=" + std::to_string(problem.head_dim_v),
+        simt_f32_shared_bytes(smallest, problem.head_dim_qk, v_slice_columns(problem.head_dim_v)),
+        block_shared_memory(*device), problem);
+  }
+  return Verdict::yes();
+}
+
+void simt_f32_configure(const Problem& problem, Plan& plan) {
+  const int tile =
+      simt_f32_tile(problem.head_dim_qk, problem.head_dim_v, planning_shared_bytes(problem));
+  if (tile < 0) throw Error("fsdpa: internal: simt_f32_configure without a tile that fits");
+  // Runtime head dims: no compiled bucket, no padding.
+  plan.head_dim_qk_bucket = 0;
+  plan.head_dim_v_bucket = 0;
+  plan.pad_ratio = 1.0;
+  plan.tile_q = kSimtF32Tiles[tile].rows;
+  plan.tile_k = kSimtF32Tiles[tile].keys;
+  plan.instance = reinterpret_cast<void (*)()>(kSimtF32Launches[tile]);
+}
+
+void simt_f32_launch(const Plan& plan, const PrefillParams& params, cudaStream_t stream) {
+  const auto launch = reinterpret_cast<SimtF32Launch>(plan.instance);
+  if (launch == nullptr) throw Error("fsdpa: internal: an f32 prefill plan without its launch");
+  launch(params, stream);
 }
 
 }  // namespace fsdpa::detail::cuda

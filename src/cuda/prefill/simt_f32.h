@@ -5,13 +5,39 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include "cuda/prefill/params.h"
 #include "select/table.h"
 
 namespace fsdpa::detail::cuda {
 
+// A block's tile: query rows (4 lanes each) and keys per K/V tile.
+struct SimtF32Tile {
+  int rows, keys;
+};
+// Largest first; a plan takes the first whose shared memory fits the device's
+// block: 227 KB (sm_90) holds 32 x 32 up to 576/256; 163 KB (sm_80) needs 16
+// keys from Dqk 507 with 256-column slices; 99 KB (sm_86/89) 16 keys from
+// 253 and 16 rows from about 440.
+inline constexpr SimtF32Tile kSimtF32Tiles[] = {{32, 32}, {32, 16}, {16, 16}};
+
+// Q and K rows padded by one float (bank spread), V, and the P tile.
+constexpr size_t simt_f32_shared_bytes(SimtF32Tile tile, int64_t head_dim_qk,
+                                       int64_t v_slice_width) {
+  return sizeof(float) * (static_cast<size_t>(tile.rows + tile.keys) * (head_dim_qk + 1) +
+                          static_cast<size_t>(tile.keys) * v_slice_width +
+                          static_cast<size_t>(tile.rows) * (tile.keys + 1));
+}
+
+// The index in kSimtF32Tiles of the tile a problem of these head dims takes
+// with `shared_bytes_per_block`, or -1 where none fits.
+int simt_f32_tile(int64_t head_dim_qk, int64_t head_dim_v, size_t shared_bytes_per_block);
+
 Verdict simt_f32_supports(const Problem& problem, const Options& options);
+// The plan carries the tile's launch.
 void simt_f32_configure(const Problem& problem, Plan& plan);
-void simt_f32_launch(const PrefillParams& params, cudaStream_t stream);
+void simt_f32_launch(const Plan& plan, const PrefillParams& params, cudaStream_t stream);
 
 }  // namespace fsdpa::detail::cuda
