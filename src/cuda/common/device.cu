@@ -143,8 +143,7 @@ size_t block_shared_memory(const DeviceInfo& device) {
 
 int shared_class_of(const DeviceInfo* device) {
   if (device == nullptr) return 0;
-  const int fit = shared_class_for_bytes(static_cast<long long>(block_shared_memory(*device)));
-  return fit >= 0 ? fit : kSharedClasses - 1;
+  return shared_class_for_bytes(static_cast<long long>(block_shared_memory(*device)));
 }
 
 StreamWorkspace::StreamWorkspace(size_t bytes, int device_index, void* stream) : stream_(stream) {

@@ -39,11 +39,9 @@ void set_offline_target(const DeviceInfo* target);
 // the tilings for smaller GPUs). Every row's fits check reads it.
 size_t block_shared_memory(const DeviceInfo& device);
 
-// The shared-memory class (shared_budget.h's kSharedBudgets) whose tilings
-// planning takes for `device` (planning_device): that of the largest budget
-// a block may opt into there (block_shared_memory); below every budget the
-// smallest's, whose tilings each row's fits check then measures; sm_90's
-// without a device.
+// The shared-memory class (shared_budget.h's shared_class_for_bytes) whose
+// tilings planning takes for `device` (planning_device), from the bytes a
+// block may opt into there (block_shared_memory); sm_90's without a device.
 int shared_class_of(const DeviceInfo* device);
 
 // Why device `index` cannot run the sm_90a kernels (wgmma, TMA), or empty

@@ -14,12 +14,14 @@ inline constexpr int kSharedBudgets[] = {kSm90SharedBytes, 163 * 1024, 99 * 1024
 inline constexpr int kSharedClasses = 3;
 static_assert(sizeof(kSharedBudgets) / sizeof(int) == kSharedClasses, "one budget a class");
 
-// The class of the largest budget a block of `bytes` of opt-in shared memory
-// holds; -1 when it holds none (below 99 KB: no GPU that runs mma.sync bf16).
+// The class whose tilings a block of `bytes` of opt-in shared memory takes:
+// that of the largest budget it holds; below every budget (no GPU that runs
+// mma.sync bf16 has less than 99 KB; FSDPA_SHARED_MEMORY_LIMIT may ask for
+// less) the smallest's, whose tilings each row's fits check then measures.
 constexpr int shared_class_for_bytes(long long bytes) {
   for (int c = 0; c < kSharedClasses; ++c)
     if (kSharedBudgets[c] <= bytes) return c;
-  return -1;
+  return kSharedClasses - 1;
 }
 
 // Shared memory a block may take when two blocks share an SM of class `c`:
@@ -28,7 +30,7 @@ constexpr int shared_class_for_bytes(long long bytes) {
 constexpr int shared_budget_two_blocks(int c) { return (kSharedBudgets[c] - 1024) / 2; }
 
 static_assert(shared_class_for_bytes(232448) == 0 && shared_class_for_bytes(166912) == 1 &&
-                  shared_class_for_bytes(101376) == 2 && shared_class_for_bytes(101375) == -1,
+                  shared_class_for_bytes(101376) == 2 && shared_class_for_bytes(49152) == 2,
               "H100/H200, A100, sm_86/89 opt-in limits");
 static_assert(shared_budget_two_blocks(0) == 113 * 1024, "two blocks per sm_90 SM");
 

@@ -181,15 +181,15 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
 Verdict decode_fits_shared_memory(const Problem& p, size_t shared_bytes_per_block) {
   const DecodeBucket* bucket = find_bucket(p.head_dim_qk, p.head_dim_v);
   if (bucket == nullptr) return Verdict::no("no compiled decode bucket");
-  // The tensor-core kernel for f16/bf16 in the tiling of the budget's class
-  // (shared_class_of's rule), the CUDA-core one for f32.
-  const int fit = shared_class_for_bytes(static_cast<long long>(shared_bytes_per_block));
+  // The tensor-core kernel for f16/bf16 in the tiling of the budget's class,
+  // the CUDA-core one for f32.
   const size_t need =
       p.dtype == DType::F32
           ? decode_smem_layout(4, bucket->head_dim_qk, bucket->head_dim_v, p.v_aliases_k).total
-          : decode_mma_smem_bytes(bucket->head_dim_qk, bucket->head_dim_v,
-                                  fit >= 0 ? fit : kSharedClasses - 1, p.v_aliases_k,
-                                  p.page_size > 0);
+          : decode_mma_smem_bytes(
+                bucket->head_dim_qk, bucket->head_dim_v,
+                shared_class_for_bytes(static_cast<long long>(shared_bytes_per_block)),
+                p.v_aliases_k, p.page_size > 0);
   return fits_shared_memory("the decode kernel of bucket " + std::to_string(bucket->head_dim_qk) +
                                 "/" + std::to_string(bucket->head_dim_v) + " (" +
                                 to_string(p.dtype) + ")",
