@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/common/shared_budget.h"
 #include "cuda/prefill/params.h"
 #include "select/table.h"
 
@@ -30,6 +31,11 @@ constexpr size_t simt_f32_shared_bytes(SimtF32Tile tile, int64_t head_dim_qk,
                           static_cast<size_t>(tile.keys) * v_slice_width +
                           static_cast<size_t>(tile.rows) * (tile.keys + 1));
 }
+
+static_assert(simt_f32_shared_bytes(kSimtF32Tiles[0], 576, 256) <= kSm90SharedBytes,
+              "sm_90 takes the largest tile at every head dim");
+static_assert(simt_f32_shared_bytes(kSimtF32Tiles[2], 576, 256) <= kSharedBudgets[2],
+              "the smallest budget holds the smallest tile at every head dim");
 
 // The index in kSimtF32Tiles of the tile a problem of these head dims takes
 // with `shared_bytes_per_block`, or -1 where none fits.
