@@ -6,7 +6,9 @@
 // shared memory a block (simt_f32_tile).
 #include <cuda_runtime.h>
 
+#include <array>
 #include <string>
+#include <utility>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.h"
@@ -194,11 +196,12 @@ void launch_simt_f32(const PrefillParams& params, cudaStream_t stream) {
 
 // One launch per entry of kSimtF32Tiles, in its order.
 using SimtF32Launch = void (*)(const PrefillParams&, cudaStream_t);
-constexpr SimtF32Launch kSimtF32Launches[] = {
-    launch_simt_f32<kSimtF32Tiles[0].rows, kSimtF32Tiles[0].keys>,
-    launch_simt_f32<kSimtF32Tiles[1].rows, kSimtF32Tiles[1].keys>,
-    launch_simt_f32<kSimtF32Tiles[2].rows, kSimtF32Tiles[2].keys>};
-static_assert(std::size(kSimtF32Launches) == std::size(kSimtF32Tiles), "a launch a tile");
+template <size_t... I>
+constexpr std::array<SimtF32Launch, sizeof...(I)> simt_f32_launches(std::index_sequence<I...>) {
+  return {launch_simt_f32<kSimtF32Tiles[I].rows, kSimtF32Tiles[I].keys>...};
+}
+constexpr auto kSimtF32Launches =
+    simt_f32_launches(std::make_index_sequence<std::size(kSimtF32Tiles)>{});
 
 // The shared memory a block may take where the problem is planned (sm_90's
 // without a device).
