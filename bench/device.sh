@@ -255,7 +255,9 @@ sanitize_small() {
 # runs use that tree's own Python wrapper (the C ABI may differ).
 build_ab_base() {
   rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
-  cp bench/compare_torch.py bench/decode_bench.py bench/paged_bench.py bench/timing.py /tmp/base/bench/
+  cp bench/compare_torch.py bench/decode_bench.py bench/decode_report.py bench/paged_bench.py \
+    bench/paged_report.py bench/timing.py \
+    /tmp/base/bench/
   local t0
   t0=$(date +%s)
   cmake -S /tmp/base -B /tmp/base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFSDPA_BUILD_BENCH=OFF \
@@ -569,6 +571,7 @@ if [ "$STAGES" = paged ]; then
   t0=$(date +%s)
   FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit ${BENCH_TIMEOUT:-150})" \
     python3 bench/paged_bench.py --out "$OUT/bench/h200-paged.json" --md "$OUT/bench/h200-paged.md" \
+    --png "$OUT/bench/h200-paged.png" \
     ${PAGED_ARGS:-} >"$OUT/bench-paged.log" 2>&1
   say "paged bench: rc=$? $(($(date +%s) - t0)) s"
   grep -E "paged16 [0-9]" "$OUT/bench-paged.log" | cut -c1-200 | tee -a "$SUMMARY"

@@ -17,7 +17,11 @@ stored [B, Lk, Hkv, D] with seq_lens_k, which is how a page holds its rows:
 paged over that is the block table's own cost, and that over the dense cache
 the layout's.
 
-  FSDPA_LIBRARY=build/libfsdpa.so python3 bench/paged_bench.py --out paged.json --md paged.md
+  FSDPA_LIBRARY=build/libfsdpa.so python3 bench/paged_bench.py --out paged.json --md paged.md \\
+      --png paged.png
+
+The report (.md, .png) comes from paged_report.py, which also rewrites it
+from a saved JSON.
 """
 import argparse
 import json
@@ -33,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 sys.path.insert(0, HERE)
 import fsdpa  # noqa: E402
+import paged_report  # noqa: E402
 import timing  # noqa: E402
 
 GRAPH = {"calls": 20, "replays": 10}
@@ -205,50 +210,11 @@ def bench_row(row, ceiling, args, generator):
     return result
 
 
-def markdown(results, ceiling, command, gpu):
-    lines = [f"# Paged and ragged decode on the {gpu} (bf16)", "",
-             f"Command: `{command}`  ", f"Read ceiling measured in the run: {ceiling:.2f} TB/s. "
-             "Times: CUDA-graph median per call. bound = 6 us + unique K/V bytes / (0.9 x ceiling).",
-             "Paged columns: time (over dense; over the dense cache with seq_lens_k, whose "
-             "split plan is the paged one's; over the dense BSHD cache with seq_lens_k, whose "
-             "rows lie as a page's do). Paged16 in order: the pages in the pool's order.",
-             "", "| row | unique K/V | bound us | dense us (TB/s) | dense + seq_lens_k us | "
-             "dense BSHD + seq_lens_k us | "
-             "paged16 us (x dense) | paged64 us (x dense) | paged16 in order us | cudnn us | "
-             "flash paged256 us | err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        def cell(label, ratio=False):
-            e = r.get(label)
-            if not e or "ms" not in e:
-                return "-" if not e else "n/a"
-            s = f"{e['ms'] * 1e3:.1f}"
-            if ratio and "over_dense" in e:
-                s += (f" ({e['over_dense']:.3f}; {e['over_dense_lens']:.3f}; "
-                      f"{e['over_dense_bshd']:.3f})")
-            elif label == "dense":
-                s += f" ({e['tb_s']:.2f})"
-            return s + ("" if e["within_bound"] else " *")
-        errs = max(r[l]["err"] for l in ("dense", "dense_lens", "dense_bshd", "paged16", "paged64",
-                                         "paged16_in_order")
-                   if "err" in r.get(l, {}))
-        lines.append(f"| {r['name']} (B{r['B']} Hq{r['Hq']} Hkv{r['Hkv']} Lq{r['Lq']} "
-                     f"Lk{r['Lk']}{' mixed' if r['mixed'] else ''} D{r['Dqk']}/{r['Dv']}) | "
-                     f"{r['unique_kv_bytes'] / 1e9:.3f} GB | {r['bound_ms'] * 1e3:.1f} | "
-                     f"{cell('dense')} | {cell('dense_lens')} | {cell('dense_bshd')} | "
-                     f"{cell('paged16', True)} | "
-                     f"{cell('paged64', True)} | {cell('paged16_in_order')} | "
-                     f"{cell('cudnn')} | {cell('flash_paged256')} | {errs:.1e} |")
-    lines += ["", "`*`: above the bound. fsdpa kernels: " + ", ".join(
-        sorted({f"{r[l]['kernel']} ({l}, {r[l]['splits']} splits)" for r in results
-                for l in ("dense", "dense_lens", "paged16") if "kernel" in r.get(l, {})}))]
-    return "\n".join(lines) + "\n"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="h200-paged.json")
     ap.add_argument("--md", default="h200-paged.md")
+    ap.add_argument("--png", help="plot of each row's times over its bound (none without)")
     ap.add_argument("--rows", default="", help="comma-separated indices into ROWS (default: all)")
     ap.add_argument("--fsdpa-only", action="store_true", help="skip torch's backends")
     args = ap.parse_args()
@@ -269,14 +235,11 @@ def main():
                   f"(bound {r['bound_ms'] * 1e3:.1f})", flush=True)
             torch.cuda.empty_cache()
     command = "bench/paged_bench.py " + " ".join(sys.argv[1:])
-    gpu = torch.cuda.get_device_name()
+    doc = {"gpu": torch.cuda.get_device_name(), "read_ceiling_tbs": ceiling, "command": command,
+           "rows": results}
     with open(args.out, "w") as f:
-        json.dump({"gpu": gpu, "read_ceiling_tbs": ceiling, "command": command, "rows": results},
-                  f, indent=1)
-    report = markdown(results, ceiling, command, gpu)
-    with open(args.md, "w") as f:
-        f.write(report)
-    print(report)
+        json.dump(doc, f, indent=1)
+    paged_report.write(doc, args.md, args.png)
 
 
 if __name__ == "__main__":
