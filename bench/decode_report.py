@@ -16,7 +16,8 @@ ceilings): the report of a table whose rows ran in separate processes
 """
 import argparse
 import json
-import sys
+
+import report_plot
 
 
 def cell(r, key):
@@ -71,30 +72,14 @@ def table(doc):
 
 def plot(doc, path):
     """Unique K/V TB/s per row for every backend, the copy ceiling as a line."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot", file=sys.stderr)
-        return
     ceiling = doc["copy_ceiling_tb_s"]
     rows = [r for r in doc["rows"] if "fsdpa" in r]
-    labels = [f"B{r['B']} {r['Hq']}/{r['Hkv']}\nLk{r['Lk'] // 1024}k {r['Dqk']}/{r['Dv']}" for r in rows]
-    backends = ["fsdpa", "flash", "cudnn", "math"]
-    width = 0.8 / len(backends)
-    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(rows)), 4.5))
-    for b, name in enumerate(backends):
-        xs = [i + (b - 1.5) * width for i in range(len(rows))]
-        ax.bar(xs, [r.get(name, {}).get("tb_s", 0) for r in rows], width, label=name)
-    ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=f"copy ceiling {ceiling:.2f}")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels(labels, fontsize=6)
-    ax.set_ylabel("unique K/V TB/s (graph time)")
-    ax.set_title(f"Decode, bf16, Lq=1, {doc['gpu']} (0 = no kernel)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    report_plot.grouped_bars(
+        path, [f"B{r['B']} {r['Hq']}/{r['Hkv']}\nLk{r['Lk'] // 1024}k {r['Dqk']}/{r['Dv']}" for r in rows],
+        [(name, [r.get(name, {}).get("tb_s", 0) for r in rows])
+         for name in ["fsdpa", "flash", "cudnn", "math"]],
+        (ceiling, f"copy ceiling {ceiling:.2f}"), "unique K/V TB/s (graph time)",
+        f"Decode, bf16, Lq=1, {doc['gpu']} (0 = no kernel)")
 
 
 def write(doc, md_path, png_path):

@@ -256,7 +256,7 @@ sanitize_small() {
 build_ab_base() {
   rm -rf /tmp/base && mkdir -p /tmp/base "$OUT/ab" && tar xzf .devbuild/base.tgz -C /tmp/base
   cp bench/compare_torch.py bench/decode_bench.py bench/decode_report.py bench/paged_bench.py \
-    bench/paged_report.py bench/timing.py \
+    bench/paged_report.py bench/report_plot.py bench/timing.py \
     /tmp/base/bench/
   local t0
   t0=$(date +%s)

@@ -10,7 +10,8 @@ report of a saved JSON:
 """
 import argparse
 import json
-import sys
+
+import report_plot
 
 # The plot's columns: (results key, legend).
 COLUMNS = [("dense", "dense"), ("dense_lens", "dense + seq_lens_k"),
@@ -64,31 +65,14 @@ def markdown(doc):
 def plot(doc, path):
     """Each row's times over its bound (6 us + unique bytes / 0.9 x ceiling),
     per column; 1 is the bound."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no plot", file=sys.stderr)
-        return
     rows = doc["rows"]
-    columns = [(key, name) for key, name in COLUMNS if any("ms" in r.get(key, {}) for r in rows)]
-    width = 0.8 / len(columns)
-    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(rows)), 4.5))
-    for c, (key, name) in enumerate(columns):
-        xs = [i + (c - (len(columns) - 1) / 2) * width for i in range(len(rows))]
-        ax.bar(xs, [r[key]["ms"] / r["bound_ms"] if "ms" in r.get(key, {}) else 0 for r in rows],
-               width, label=name)
-    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="bound")
-    ax.set_xticks(range(len(rows)))
-    ax.set_xticklabels([f"{r['name']}\nB{r['B']} Hq{r['Hq']}/{r['Hkv']} Lq{r['Lq']}" for r in rows],
-                       fontsize=6)
-    ax.set_ylabel("time / bound (graph time)")
-    ax.set_title(f"Paged and ragged decode, bf16, {doc['gpu']} (0 = not run), "
-                 f"read ceiling {doc['read_ceiling_tbs']:.2f} TB/s", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    report_plot.grouped_bars(
+        path, [f"{r['name']}\nB{r['B']} Hq{r['Hq']}/{r['Hkv']} Lq{r['Lq']}" for r in rows],
+        [(name, [r[key]["ms"] / r["bound_ms"] if "ms" in r.get(key, {}) else 0 for r in rows])
+         for key, name in COLUMNS if any("ms" in r.get(key, {}) for r in rows)],
+        (1.0, "bound"), "time / bound (graph time)",
+        f"Paged and ragged decode, bf16, {doc['gpu']} (0 = not run), "
+        f"read ceiling {doc['read_ceiling_tbs']:.2f} TB/s", inches_per_row=1.2)
 
 
 def write(doc, md_path, png_path):
