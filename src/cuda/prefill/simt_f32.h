@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "cuda/common/shared_budget.h"
 #include "cuda/prefill/params.h"
@@ -34,7 +35,8 @@ constexpr size_t simt_f32_shared_bytes(SimtF32Tile tile, int64_t head_dim_qk,
 
 static_assert(simt_f32_shared_bytes(kSimtF32Tiles[0], 576, 256) <= kSm90SharedBytes,
               "sm_90 takes the largest tile at every head dim");
-static_assert(simt_f32_shared_bytes(kSimtF32Tiles[2], 576, 256) <= kSharedBudgets[2],
+static_assert(simt_f32_shared_bytes(kSimtF32Tiles[std::size(kSimtF32Tiles) - 1], 576, 256) <=
+                  kSharedBudgets[kSharedClasses - 1],
               "the smallest budget holds the smallest tile at every head dim");
 
 // The index in kSimtF32Tiles of the tile a problem of these head dims takes
