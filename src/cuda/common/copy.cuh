@@ -155,6 +155,41 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// A ring of kStages stages that every thread of the block fills by cp.async
+// and reads after a block barrier (the mma.sync kernels): tile t lives in
+// stage t % kStages, and each tile's copies are one commit group (an empty
+// one past the last tile), so that waiting until kStages - 2 groups are in
+// flight leaves tile t landed. `load(tile, stage)` issues a tile's copies.
+template <int kStages>
+struct CpAsyncRing {
+  static_assert(kStages >= 2, "one stage loads while the block reads another");
+  int num_tiles;
+
+  // The copies of the first kStages - 1 tiles.
+  template <typename Load>
+  __device__ __forceinline__ void start(const Load& load) const {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) load(s, s);
+      cp_async_commit();
+    }
+  }
+  // Before tile t's reads: waits until its copies landed for every thread
+  // and every thread is done with tile t - 1 (the block barrier), then issues
+  // tile t + kStages - 1 into the stage t - 1 leaves free. Returns t's stage.
+  template <typename Load>
+  __device__ __forceinline__ int acquire(int tile, const Load& load) const {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const int next = tile + kStages - 1;
+    if (next < num_tiles) load(next, next % kStages);
+    cp_async_commit();
+    return tile % kStages;
+  }
+  // After the last tile: no copy left in flight.
+  __device__ __forceinline__ void drain() const { cp_async_wait<0>(); }
+};
+
 // Copies rows [row0, row0 + kRows) x columns [0, kCols) of a row-major
 // global matrix into shared memory (row stride kStride elements), zero-filling
 // rows >= num_rows and columns >= num_cols: the bucket tail and the tensor's

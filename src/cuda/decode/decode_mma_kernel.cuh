@@ -394,11 +394,9 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       copy_16(row + c * 16, bytes > 0 ? source.source + c * 8 : source.source, bytes, p.copy_bytes);
     }
   }
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_stage(s);
-    cp_async_commit();
-  }
+  const CpAsyncRing<kStages> copy_ring{num_tiles};
+  const auto load_tile = [&](int tile, int) { load_stage(tile); };
+  copy_ring.start(load_tile);
 
   float o[kDvPart / 8][4];
 #pragma unroll
@@ -415,13 +413,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int v_frag_elem = (lane % 16) * row_v + (lane / 16) * 8 + part * kDvPart;
 
   for (int it = 0; it < num_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // stage `it` landed for all; stage it-1 is free for reuse
-    {
-      const int next = it + kStages - 1;
-      if (next < num_tiles) load_stage(next);
-      cp_async_commit();
-    }
+    copy_ring.acquire(it, load_tile);  // stage `it` landed for all; stage it-1 is free for reuse
     // kBulkSpans: stage `it`'s bulk copies, waited on after the next
     // stage's are issued (so that kStages stages are in flight, not
     // kStages - 1), and after the block barrier, which also publishes
@@ -507,7 +499,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       mine[0] = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
       mine[1] = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
       // Named barrier 1 + stream over the stream's warps (0 is __syncthreads).
-      asm volatile("bar.sync %0, %1;\n" ::"r"(1 + stream), "r"(kParts * 32) : "memory");
+      named_barrier_sync(1 + stream, kParts * 32);
 #pragma unroll
       for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -623,7 +615,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
       mma_16x8x16<T>(o[2 * n2 + 1], a, b[2], b[3]);
     }
   }
-  cp_async_wait<0>();
+  copy_ring.drain();
 
   // ---- the streams' (max, sum) and O into shared memory, then the epilogue
   __syncthreads();  // every warp is done with the ring: the merge reuses it

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
   // register change.
   if (warpgroup == 0) {
     registers_decrease<hopper_producer_registers(kTiles)>();
-    const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+    const PrefillBlock block = prefill_block(p, kTileQ, kTileK, p.v_slice_shift);
     const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
     const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
     // Order: Q, then K and V of each tile, each as soon as its stage is free.
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     return;
   }
   registers_increase<hopper_consumer_registers(kTiles)>();
-  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+  const PrefillBlock block = prefill_block(p, kTileQ, kTileK, p.v_slice_shift);
   const int head = block.head, batch = block.batch, q0 = block.q0;
   const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
 
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(kHopperThreads, 1)
     v_ring.consumer_release(num_tiles - 1);
   }
 
-  store_rows<T>(o, row_max, row_sum, p, block, row_of, quad);
+  store_rows<T>(o, row_max, row_sum, p, block, v_slice(p), row_of, quad);
 #endif  // FSDPA_WGMMA_ARCH
 }
 

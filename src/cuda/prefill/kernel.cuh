@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   const int group = lane / 4;
   const int quad = lane % 4;
 
-  const PrefillBlock block = prefill_block(p, kTileQ, kTileK);
+  const PrefillBlock block = prefill_block(p, kTileQ, kTileK, p.v_slice_shift);
   const int head = block.head, batch = block.batch, kv_head = block.kv_head, q0 = block.q0;
   const DeviceKeyRange first_range = block.first_range, last_range = block.last_range;
   const int tile_begin = block.tile_begin, num_tiles = block.num_tiles;
@@ -82,11 +82,8 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
                                                    p.v_strides.row, k0, len_k, slice.columns,
                                                    p.copy_bytes);
   };
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_kv(s, s);
-    cp_async_commit();
-  }
+  const CpAsyncRing<kStages> ring{num_tiles};
+  ring.start(load_kv);
 
   float o[kRowTiles][kDvTiles][4];
   float row_max[kRowTiles][2];
@@ -108,14 +105,7 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
       shared_address(shared_q + (warp * kRowTiles * 16 + (lane % 16)) * kQStride + (lane / 16) * 8);
 
   for (int it = 0; it < num_tiles; ++it) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    {
-      const int next = it + kStages - 1;
-      if (next < num_tiles) load_kv(next, next % kStages);
-      cp_async_commit();
-    }
-    const int stage = it % kStages;
+    const int stage = ring.acquire(it, load_kv);
     const T* stage_k = shared_k + stage * kTileK * kKStride;
     const T* stage_v = shared_v + stage * kTileK * kVStride;
     const int k0 = (tile_begin + it) * kTileK;
@@ -174,9 +164,9 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
       }
     }
   }
-  cp_async_wait<0>();
+  ring.drain();
 
-  store_rows<T>(o, row_max, row_sum, p, block, row_of, quad);
+  store_rows<T>(o, row_max, row_sum, p, block, v_slice(p), row_of, quad);
 }
 
 // Checks the compiled limits, then launches one (bucket, dtype, tile) kernel.

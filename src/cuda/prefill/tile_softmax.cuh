@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/exact_row.cuh"
 #include "cuda/common/mma.cuh"
@@ -28,7 +29,9 @@ constexpr float kRescaleSlack = 8.0f;
 // rows sees (causal and window skipping: begin and end are monotone in the
 // row). Heavy causal blocks (late query rows) run first: better tail
 // balance; the column slices of one row block (v_slice) run side by side, so
-// they share its K tiles in L2.
+// they share its K tiles in L2. `slice_shift`: the low bits of blockIdx.x
+// that number the block's column slice (PrefillParams::v_slice_shift, or 0
+// where one block computes every slice).
 struct PrefillBlock {
   int head, batch, kv_head, q0;
   DeviceKeyRange first_range, last_range;  // visible keys of the first and last row
@@ -48,9 +51,9 @@ __device__ __forceinline__ VSlice v_slice(const PrefillParams& p) {
 }
 
 __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, int tile_q,
-                                                      int tile_k) {
+                                                      int tile_k, int slice_shift) {
   PrefillBlock b;
-  b.q0 = static_cast<int>((gridDim.x - 1 - blockIdx.x) >> p.v_slice_shift) * tile_q;
+  b.q0 = static_cast<int>((gridDim.x - 1 - blockIdx.x) >> slice_shift) * tile_q;
   b.head = static_cast<int>(blockIdx.y);
   b.batch = static_cast<int>(blockIdx.z);
   b.kv_head = b.head / p.kv_group_size;
@@ -135,46 +138,86 @@ __device__ __forceinline__ void mask_scores(float (&s)[kRowTiles][kKeyTiles][4],
     }
 }
 
-// Online softmax with lazy rescaling: turns the scores into P = 2^(S - max)
-// in place (S the values `map` reads) and updates the row maxima and
-// partial sums; returns whether any row of the warp moved its max, and then
-// O must be multiplied by `correction` (rescale_output) before P V joins
-// it. The reference max moves only when the tile's max exceeds it by more
-// than kRescaleSlack (log2 units), so P stays below 2^kRescaleSlack and most
-// tiles skip the O *= correction pass (Dv / 2 multiplies per row tile and
-// lane); the final division by the row sum cancels whichever max was used.
+// The largest exp2-domain value of half r of row tile m among this warp's
+// scores of the tile (quad-reduced: every lane of the row's quad has it).
 template <int kRowTiles, int kKeyTiles, typename Map>
+__device__ __forceinline__ float row_tile_max(const float (&s)[kRowTiles][kKeyTiles][4], int m,
+                                              int r, const Map& map) {
+  float tile_max = kMinusInf;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; ++n)
+    tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+  return map.value(quad_max(tile_max));
+}
+
+// Online softmax with lazy rescaling, for half r of row tile m whose tile
+// max is `tile_max`: turns the scores into P = 2^(S - max) in place (S the
+// values `map` reads) and updates the row max and partial sum; sets
+// `moved` if the max moved, and then O must be multiplied by `correction`
+// (rescale_output) before P V joins it. The reference max moves only when
+// the tile's max exceeds it by more than kRescaleSlack (log2 units), so P
+// stays below 2^kRescaleSlack and most tiles skip the O *= correction pass
+// (Dv / 2 multiplies per row tile and lane); the final division by the row
+// sum cancels whichever max was used.
+template <int kRowTiles, int kKeyTiles, typename Map>
+__device__ __forceinline__ void softmax_row(float (&s)[kRowTiles][kKeyTiles][4], int m, int r,
+                                            float tile_max, float (&row_max)[kRowTiles][2],
+                                            float (&row_sum)[kRowTiles][2],
+                                            float (&correction)[kRowTiles][2], const Map& map,
+                                            bool& moved) {
+  // -inf + slack is -inf: a row's first tile with a visible key always moves it.
+  const bool move = tile_max > row_max[m][r] + kRescaleSlack;
+  correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
+  if (move) row_max[m][r] = tile_max;
+  moved |= move;
+  // A row that has seen no key yet keeps max -inf; subtract 0 instead
+  // so that exp2 gives 0, never NaN.
+  const float base = row_max[m][r] == kMinusInf ? 0.0f : row_max[m][r];
+  float sum = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; ++n) {
+    s[m][n][2 * r] = map.exp2(s[m][n][2 * r], base);
+    s[m][n][2 * r + 1] = map.exp2(s[m][n][2 * r + 1], base);
+    sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
+  }
+  row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
+}
+
+// How the warps that share a key tile agree on its row maxima. NoExchange:
+// one warp sees all of the tile's keys. Otherwise `exchange(tile_max)` turns
+// this warp's maxima into those of the whole tile (pair_kernel.cuh: two warps,
+// half the keys each).
+struct NoExchange {};
+
+// softmax_row over the warp's rows; returns whether any row of the warp moved
+// its max (then every lane rescales O).
+template <int kRowTiles, int kKeyTiles, typename Map, typename Exchange = NoExchange>
 __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][4],
                                                float (&row_max)[kRowTiles][2],
                                                float (&row_sum)[kRowTiles][2],
-                                               float (&correction)[kRowTiles][2], const Map& map) {
+                                               float (&correction)[kRowTiles][2], const Map& map,
+                                               const Exchange& exchange = {}) {
   bool any_rescale = false;
+  if constexpr (std::is_same_v<Exchange, NoExchange>) {
 #pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
+    for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = kMinusInf;
+      for (int r = 0; r < 2; ++r)
+        softmax_row(s, m, r, row_tile_max(s, m, r, map), row_max, row_sum, correction, map,
+                    any_rescale);
+  } else {
+    float tile_max[kRowTiles][2];
 #pragma unroll
-      for (int n = 0; n < kKeyTiles; ++n)
-        tile_max = fmaxf(tile_max, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-      tile_max = map.value(quad_max(tile_max));
-      // -inf + slack is -inf: a row's first tile with a visible key always moves it.
-      const bool move = tile_max > row_max[m][r] + kRescaleSlack;
-      correction[m][r] = move ? fast_exp2(row_max[m][r] - tile_max) : 1.0f;
-      if (move) row_max[m][r] = tile_max;
-      any_rescale |= move;
-      // A row that has seen no key yet keeps max -inf; subtract 0 instead
-      // so that exp2 gives 0, never NaN.
-      const float base = row_max[m][r] == kMinusInf ? 0.0f : row_max[m][r];
-      float sum = 0.0f;
+    for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
-      for (int n = 0; n < kKeyTiles; ++n) {
-        s[m][n][2 * r] = map.exp2(s[m][n][2 * r], base);
-        s[m][n][2 * r + 1] = map.exp2(s[m][n][2 * r + 1], base);
-        sum += s[m][n][2 * r] + s[m][n][2 * r + 1];
-      }
-      row_sum[m][r] = row_sum[m][r] * correction[m][r] + sum;
-    }
+      for (int r = 0; r < 2; ++r) tile_max[m][r] = row_tile_max(s, m, r, map);
+    exchange(tile_max);
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        softmax_row(s, m, r, tile_max[m][r], row_max, row_sum, correction, map, any_rescale);
+  }
   return __any_sync(0xffffffffu, any_rescale);
 }
 
@@ -183,22 +226,27 @@ __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][
 // keeps its raw products, which the softmax scales (or, in kSoftCap
 // instances, caps) as it reads them. Returns softmax_scores' answer. The
 // uncapped instances run one softmax for both kinds of tile (a scale of 1
-// or the score scale).
-template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf>
-__device__ __forceinline__ bool softmax_tile(
-    float (&s)[kRowTiles][kKeyTiles][4], float (&row_max)[kRowTiles][2],
-    float (&row_sum)[kRowTiles][2], float (&correction)[kRowTiles][2], const PrefillParams& p,
-    bool need_mask, const RowOf& row_of, int k0, int quad, int batch, int head) {
+// or the score scale). `k0`: the first key of this warp's scores;
+// `exchange` as softmax_scores takes it.
+template <bool kSoftCap, int kRowTiles, int kKeyTiles, typename RowOf,
+          typename Exchange = NoExchange>
+__device__ __forceinline__ bool softmax_tile(float (&s)[kRowTiles][kKeyTiles][4],
+                                             float (&row_max)[kRowTiles][2],
+                                             float (&row_sum)[kRowTiles][2],
+                                             float (&correction)[kRowTiles][2],
+                                             const PrefillParams& p, bool need_mask,
+                                             const RowOf& row_of, int k0, int quad, int batch,
+                                             int head, const Exchange& exchange = {}) {
   if constexpr (kSoftCap) {
     const CappedScores capped{p};
-    if (!need_mask) return softmax_scores(s, row_max, row_sum, correction, capped);
+    if (!need_mask) return softmax_scores(s, row_max, row_sum, correction, capped, exchange);
     mask_scores(s, p.semantics, capped, row_of, k0, quad, batch, head);
-    return softmax_scores(s, row_max, row_sum, correction, ScaledScores{1.0f});
+    return softmax_scores(s, row_max, row_sum, correction, ScaledScores{1.0f}, exchange);
   } else {
     if (need_mask)
       mask_scores(s, p.semantics, ScaledScores{p.scale_log2}, row_of, k0, quad, batch, head);
     return softmax_scores(s, row_max, row_sum, correction,
-                          ScaledScores{need_mask ? 1.0f : p.scale_log2});
+                          ScaledScores{need_mask ? 1.0f : p.scale_log2}, exchange);
   }
 }
 
@@ -246,18 +294,17 @@ __device__ __forceinline__ DenseRowOperands<T> prefill_row_operands(const Prefil
 // The epilogue: the sink joins the denominator, then O is normalized and
 // stored (masked to the block's real columns and rows), and the LSE written
 // if asked (by the first column slice only: every slice has the same row
-// statistics). A row with a non-finite value stored is recomputed by
-// exact_row (the NaN/Inf policy: cuda/common/exact_row.cuh). Called by all
-// 32 lanes of each warp.
+// statistics). `slice`: the warp's output columns. A row with a non-finite
+// value stored is recomputed by exact_row (the NaN/Inf policy:
+// cuda/common/exact_row.cuh). Called by all 32 lanes of each warp.
 template <typename T, int kRowTiles, int kDvTiles, typename RowOf>
 __device__ __forceinline__ void store_rows(const float (&o)[kRowTiles][kDvTiles][4],
                                            const float (&row_max)[kRowTiles][2],
                                            const float (&row_sum)[kRowTiles][2],
                                            const PrefillParams& p, const PrefillBlock& block,
-                                           const RowOf& row_of, int quad) {
+                                           const VSlice& slice, const RowOf& row_of, int quad) {
   const MaskSemantics& sem = p.semantics;
   const int len_q = static_cast<int>(sem.len_q);
-  const VSlice slice = v_slice(p);
   const int batch = block.batch, head = block.head, columns = slice.columns;
   const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
   T* out_base = static_cast<T*>(p.out) + batch * p.out_strides.batch + head * p.out_strides.head +
