@@ -199,7 +199,9 @@ struct Plan {
   std::string kernel;
   int64_t head_dim_qk_bucket = 0;  // compiled head-dim bucket (0 where none)
   int64_t head_dim_v_bucket = 0;
-  // Work done over work needed: (bucket_qk + bucket_v) * num_v_slices / (Dqk + Dv).
+  // Work done over work needed: (bucket_qk + bucket_v) * num_v_slices / (Dqk + Dv)
+  // where every column slice computes q.k again, (bucket_qk + bucket_v *
+  // num_v_slices) / (Dqk + Dv) where the slices share it.
   double pad_ratio = 1.0;
   int64_t tile_q = 0;
   int64_t tile_k = 0;
@@ -211,9 +213,11 @@ struct Plan {
   // a sequence of the batch's mean length takes (0 where the grid is every
   // sequence's num_kv_splits splits).
   int64_t kv_split_slots = 0;
-  // Fused prefill with Dv above one block's registers (256): the output
-  // columns in this many slices, each of head_dim_v_bucket columns, one block
-  // each, every slice computing q.k again.
+  // Fused prefill with Dv above one warp's registers (256): the output
+  // columns in this many slices, each of head_dim_v_bucket columns. The
+  // mma.sync kernel computes two slices in one block, q.k once for both,
+  // where that block's tiles fit the device's shared memory; otherwise each
+  // slice is a block of its own that computes q.k again.
   int64_t num_v_slices = 1;
   int num_threads = 1;  // CPU backend
   size_t workspace_bytes = 0;

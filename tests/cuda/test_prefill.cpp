@@ -519,15 +519,20 @@ TEST_P(PrefillSharedBudgets, MatchesReference) {
                                                   detail::cuda::v_slice_columns(c.head_dim_v)),
               size_t(b.budget));
   } else {
-    const detail::cuda::PrefillTile tile =
-        detail::cuda::prefill_tile(static_cast<int>(fused.plan.head_dim_qk_bucket),
-                                   static_cast<int>(fused.plan.head_dim_v_bucket), b.budget);
-    EXPECT_EQ(fused.plan.tile_q, detail::cuda::prefill_tile_q(tile));
-    EXPECT_EQ(fused.plan.tile_k, tile.tile_k);
-    EXPECT_LE(
-        detail::cuda::prefill_shared_bytes(tile, static_cast<int>(fused.plan.head_dim_qk_bucket),
-                                           static_cast<int>(fused.plan.head_dim_v_bucket), 2),
-        b.budget);
+    // Two column slices take the pair kernel where its tile fits the budget.
+    const int qk = static_cast<int>(fused.plan.head_dim_qk_bucket);
+    const int dv = static_cast<int>(fused.plan.head_dim_v_bucket);
+    const detail::cuda::PairTile pair = detail::cuda::prefill_pair_tile(qk, dv, b.budget);
+    if (fused.plan.num_v_slices == 2 && pair.tile_k > 0) {
+      EXPECT_EQ(fused.plan.tile_q, detail::cuda::kPairTileQ);
+      EXPECT_EQ(fused.plan.tile_k, pair.tile_k);
+      EXPECT_LE(detail::cuda::pair_shared_bytes(pair, qk, dv), b.budget);
+    } else {
+      const detail::cuda::PrefillTile tile = detail::cuda::prefill_tile(qk, dv, b.budget);
+      EXPECT_EQ(fused.plan.tile_q, detail::cuda::prefill_tile_q(tile));
+      EXPECT_EQ(fused.plan.tile_k, tile.tile_k);
+      EXPECT_LE(detail::cuda::prefill_shared_bytes(tile, qk, dv, 2), b.budget);
+    }
   }
   EXPECT_EQ(fused.unwritten, 0);
   EXPECT_EQ(fused.padding_touched, 0);
@@ -539,6 +544,88 @@ INSTANTIATE_TEST_SUITE_P(Grid, PrefillSharedBudgets, ::testing::ValuesIn(budget_
                            return test_info.param.c.name() + "_smem" +
                                   std::to_string(test_info.param.budget / 1024) + "k";
                          });
+
+// The pair kernel (pair_kernel.cuh: two column slices in one block, Q K^T
+// once), forced on the mma.sync row under sm_90's budget: every pair of
+// buckets that runs in two slices, head dims on and between buckets, Dv
+// wider than Dqk, every semantic on some case (the two warps of a row tile
+// split each key tile, so the masks, windows and causal edges fall in either
+// half), lengths below one row block and one key tile, odd rows (8-, 4- and
+// 2-byte aligned rows take the narrow copies), v a view of k, and the plan's
+// tile and work ratio.
+std::vector<Case> pair_cases() {
+  struct Dims {
+    int64_t qk, dv;
+  };
+  const Dims dims[] = {{288, 288}, {300, 300}, {320, 320}, {384, 384}, {440, 440},
+                       {512, 512}, {576, 512}, {64, 512},  {200, 300}, {511, 509}};
+  std::vector<Case> cases;
+  int k = 0;
+  for (const Dims& d : dims) {
+    Case c;
+    c.head_dim_qk = d.qk;
+    c.head_dim_v = d.dv;
+    c.dtype = k % 2 ? DType::F16 : DType::BF16;
+    c.len_q = k % 3 == 0 ? 131 : k % 3 == 1 ? 40 : 64;
+    c.len_k = k % 3 == 0 ? 211 : k % 3 == 1 ? 17 : 300;
+    c.heads_q = 4;
+    c.heads_kv = k % 2 ? 4 : 2;
+    c.causal = k % 4 != 1;
+    c.align = k % 4 == 2 ? CausalAlign::TopLeft : CausalAlign::BottomRight;
+    c.sinks = k % 3 == 1;
+    c.softcap = k % 4 == 3 ? 30.0 : 0.0;
+    c.window = k % 5 == 4 ? std::optional<int64_t>(45) : std::nullopt;
+    if (k % 5 == 2) c.mask = MaskKind::Boolean, c.fully_masked_rows = true;
+    if (k % 5 == 3) c.mask = MaskKind::Additive, c.mask_dtype = DType::BF16;
+    c.lse = k % 3 != 2;
+    c.layout = d.qk % 8 != 0 || d.dv % 8 != 0 ? Layout::BSHD : Layout::PaddedBSHD;
+    c.offset_base = k == 7;
+    c.row = "cuda_fused_prefill";
+    cases.push_back(c);
+    ++k;
+  }
+  Case alias;  // v a view of k
+  alias.head_dim_qk = 576;
+  alias.head_dim_v = 512;
+  alias.layout = Layout::MlaAlias;
+  alias.heads_q = 8;
+  alias.heads_kv = 1;
+  alias.len_q = 97;
+  alias.len_k = 333;
+  alias.causal = true;
+  alias.row = "cuda_fused_prefill";
+  cases.push_back(alias);
+  return cases;
+}
+
+class PrefillPairKernel : public ::testing::TestWithParam<Case> {};
+TEST_P(PrefillPairKernel, MatchesReference) {
+  const Case& c = GetParam();
+  if (!compiled_for(c.head_dim_qk, c.head_dim_v))
+    GTEST_SKIP() << "bucket not compiled into this build (FSDPA_HEAD_DIMS)";
+  if (detail::cuda::device_info(0).compute_capability < 80) GTEST_SKIP() << "below sm_80";
+  if (detail::cuda::block_shared_memory(detail::cuda::device_info(0)) <
+      detail::cuda::kSm90SharedBytes)
+    GTEST_SKIP() << "the device's shared memory is below sm_90's budget";
+  std::mt19937_64& rng = test_rng();
+  const Outcome fused = run_case(c, rng);
+  ASSERT_TRUE(fused.declined.empty()) << fused.declined;
+  SCOPED_TRACE(c.name() + "\n" + fused.plan.explain());
+  const int qk = static_cast<int>(fused.plan.head_dim_qk_bucket);
+  const int dv = static_cast<int>(fused.plan.head_dim_v_bucket);
+  EXPECT_EQ(fused.plan.num_v_slices, 2);
+  EXPECT_EQ(fused.plan.tile_q, detail::cuda::kPairTileQ);
+  EXPECT_EQ(fused.plan.tile_k, detail::cuda::prefill_pair_tile(qk, dv).tile_k);
+  EXPECT_NEAR(fused.plan.pad_ratio,
+              static_cast<double>(qk + 2 * dv) / static_cast<double>(c.head_dim_qk + c.head_dim_v),
+              1e-12);
+  EXPECT_EQ(fused.unwritten, 0);
+  EXPECT_EQ(fused.padding_touched, 0);
+  EXPECT_LE(fused.relative_error, tolerance(c.dtype, c.allow_tf32));
+  EXPECT_LE(fused.lse_error, 1e-3);
+}
+INSTANTIATE_TEST_SUITE_P(Grid, PrefillPairKernel, ::testing::ValuesIn(pair_cases()),
+                         [](const auto& test_info) { return test_info.param.name(); });
 
 // Below the smallest budget the mma.sync row declines with the bytes it
 // needs and the limit that denied them.
@@ -609,13 +696,25 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   EXPECT_EQ(p.head_dim_qk_bucket, 512);
   EXPECT_EQ(p.head_dim_v_bucket, 256);
   EXPECT_EQ(p.num_v_slices, 2);
-  EXPECT_NEAR(p.pad_ratio, 1.5, 1e-12);
+  // The wgmma kernel's slices compute Q K^T each; the mma.sync row's pair
+  // kernel once for both.
+  const bool slices_share_scores = p.kernel == "cuda_fused_prefill";
+  EXPECT_NEAR(p.pad_ratio, slices_share_scores ? 1.0 : 1.5, 1e-12);
   EXPECT_NE(p.explain().find("512/256 x 2 column slices"), std::string::npos) << p.explain();
   EXPECT_EQ(p.workspace_bytes, 0u);
   const Plan between = plan(problem_of(300, 300), forced());
   EXPECT_EQ(between.head_dim_qk_bucket, 320);
   EXPECT_EQ(between.head_dim_v_bucket, 160);
-  EXPECT_NEAR(between.pad_ratio, 2.0 * 480 / 600, 1e-12);
+  EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
+  if (compiled_exactly(576, 256) && detail::cuda::block_shared_memory(detail::cuda::device_info(
+                                        0)) >= detail::cuda::kSm90SharedBytes) {
+    // 576/512 without MLA's aliasing: the mma.sync row's pair kernel.
+    const Plan large = plan(problem_of(576, 512), forced());
+    EXPECT_EQ(large.kernel, "cuda_fused_prefill");
+    EXPECT_EQ(large.tile_q, detail::cuda::kPairTileQ);
+    EXPECT_EQ(large.tile_k, 32);
+    EXPECT_NEAR(large.pad_ratio, 1.0, 1e-12);
+  }
   for (const detail::KernelRow& row : detail::selection_table()) {
     if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
     const std::string reason = row.supports(problem_of(576, 512), forced()).reason;

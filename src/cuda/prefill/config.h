@@ -102,6 +102,51 @@ constexpr int prefill_shared_bytes(int head_dim_qk_bucket, int head_dim_v_bucket
       head_dim_qk_bucket, head_dim_v_bucket, element_bytes);
 }
 
+// The paired-slice kernel (pair_kernel.cuh): a Dv in two column slices
+// computed by one block, so that Q K^T is computed once for both (the
+// mma.sync kernel's slices, one block each, compute it twice: x1.5 the work
+// at 512/512). Its 8 warps are 4 row tiles x 2 slices; the two warps of a
+// row tile compute the scores of half the key tile each and trade their
+// tile maxima and P through shared memory.
+struct PairTile {
+  int tile_k;  // keys per pipeline stage (each warp's scores: half of them)
+  int stages;  // cp.async ring depth
+};
+inline constexpr int kPairRowTiles = 4;
+inline constexpr int kPairWarps = 2 * kPairRowTiles;
+inline constexpr int kPairTileQ = 16 * kPairRowTiles;
+
+// Shared memory of one block: the Q tile, `stages` K tiles and V tiles of both
+// slices' columns (rows padded by 16 bytes, as prefill_shared_bytes's), each
+// warp's P (16 rows x tile_k / 2 keys, padded alike) and two floats a lane
+// for the traded row statistics.
+constexpr int pair_shared_bytes(const PairTile& t, int head_dim_qk_bucket, int head_dim_v_bucket) {
+  const int q = kPairTileQ * (head_dim_qk_bucket + 8);
+  const int kv = t.stages * t.tile_k * (head_dim_qk_bucket + 8 + 2 * head_dim_v_bucket + 8);
+  const int p = kPairWarps * 16 * (t.tile_k / 2 + 8);
+  return (q + kv + p) * 2 + kPairWarps * 32 * 2 * 4;
+}
+
+// The pair kernel's tile for a bucket pair whose Dv bucket may be a column
+// slice (more than half of kLargestVSlice) in `shared_bytes`: the longest key
+// tile of two stages that fits (each warp's share of the scores grows with
+// it; untuned), or tile_k 0 where none fits or the bucket is never a slice,
+// and then the mma.sync kernel runs the slices one block each.
+constexpr PairTile prefill_pair_tile(int head_dim_qk_bucket, int head_dim_v_bucket,
+                                     int shared_bytes = kSm90SharedBytes) {
+  if (2 * head_dim_v_bucket <= kLargestVSlice) return {0, 0};
+  constexpr PairTile kTiles[] = {{64, 2}, {32, 2}};
+  for (const PairTile& t : kTiles)
+    if (pair_shared_bytes(t, head_dim_qk_bucket, head_dim_v_bucket) <= shared_bytes) return t;
+  return {0, 0};
+}
+
+static_assert(prefill_pair_tile(576, 256).tile_k == 32 &&
+                  prefill_pair_tile(512, 256).tile_k == 32 &&
+                  prefill_pair_tile(288, 144).tile_k == 64,
+              "sm_90 pairs every large bucket");
+static_assert(prefill_pair_tile(128, 128).tile_k == 0, "a 128 bucket is never a slice");
+
 // The wgmma kernel (sm_90a, hopper_kernel.cuh): a producer warpgroup and 2
 // consumer warpgroups of 64 query rows each per block; K and V tiles of
 // hopper_tile_k keys, each in a ring of 2 stages.

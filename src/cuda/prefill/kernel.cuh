@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/prefill/config.h"
 #include "cuda/prefill/instances.h"
+#include "cuda/prefill/pair_kernel.cuh"
 #include "cuda/prefill/params.h"
 #include "cuda/prefill/tile_softmax.cuh"
 
@@ -189,9 +191,20 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
 }
 
 // The tile of the shared-memory class (shared_budget.h's kSharedBudgets) the
-// plan chose for the device.
+// plan chose for the device; a call in two column slices runs the pair
+// kernel where its tile fits the class (prefill_pair_tile, which the plan
+// reads too).
 template <int kDqk, int kDv, typename T, int kSharedClass>
 void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
+  if constexpr (prefill_pair_tile(kDqk, kDv, kSharedBudgets[kSharedClass]).tile_k > 0) {
+    if (params.v_slice_shift == 1) {
+      if (params.v_slice_width != kDv)
+        throw Error("fsdpa: internal: column slices of " + std::to_string(params.v_slice_width) +
+                    " for the pair kernel of a " + std::to_string(kDv) + " bucket");
+      launch_prefill_pair<kDqk, kDv, T, kSharedClass>(params, stream);
+      return;
+    }
+  }
   launch_prefill_tile<kDqk, kDv, T,
                       encode_tile(prefill_tile(kDqk, kDv, kSharedBudgets[kSharedClass]))>(params,
                                                                                           stream);

@@ -126,15 +126,33 @@ Verdict instance_fits_shared_memory(const Problem& p, const DeviceInfo& device,
       block_shared_memory(device), p);
 }
 
+// What the mma.sync row launches for a call in `slices` column slices of a
+// bucket pair under a shared-memory budget (launch_prefill's rule): the pair
+// kernel where two slices take it (Q K^T once for both), else the mma.sync
+// kernel's tile, one block a slice.
+struct MmaShape {
+  int64_t tile_q, tile_k;
+  int shared_bytes;
+  bool scores_once;  // the slices share one Q K^T
+};
+MmaShape mma_shape(int qk, int dv, int64_t slices, int budget) {
+  const PairTile pair = prefill_pair_tile(qk, dv, budget);
+  if (slices == 2 && pair.tile_k > 0)
+    return {kPairTileQ, pair.tile_k, pair_shared_bytes(pair, qk, dv), true};
+  const PrefillTile tile = prefill_tile(qk, dv, budget);
+  return {prefill_tile_q(tile), tile.tile_k, prefill_shared_bytes(tile, qk, dv, 2), slices == 1};
+}
+
 // The plan facts both 16-bit rows share; the tile is the row's own. The pad
 // ratio counts the work a row does against the work its head dims need: with
-// Dv in column slices every slice computes Q K^T again, so 512/512 in two
-// 256-column slices does (512 + 256) x 2 for 1024, a ratio of 1.5.
+// Dv in column slices that each compute Q K^T again (`scores_once` false),
+// 512/512 in two 256-column slices does (512 + 256) x 2 for 1024, a ratio of
+// 1.5; the pair kernel's 512 + 2 x 256, 1.0.
 // The plan carries the instance's launch for the dtype, `bf16` or `f16` (the
 // mma.sync launch of the device's shared-memory class or the wgmma one; null
 // where that kernel is not built, which only plan_for_row reaches).
 void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instance, int64_t tile_q,
-                     int64_t tile_k, PrefillLaunch bf16, PrefillLaunch f16) {
+                     int64_t tile_k, bool scores_once, PrefillLaunch bf16, PrefillLaunch f16) {
   plan.num_kv_splits = 1;
   plan.workspace_bytes = 0;
   const PrefillLaunch launch = p.dtype == DType::BF16  ? bf16
@@ -145,11 +163,11 @@ void configure_16bit(const Problem& p, Plan& plan, const PrefillInstance& instan
   plan.head_dim_v_bucket = instance.head_dim_v_bucket;
   plan.num_v_slices = v_slices_of(p.head_dim_v);
   const int64_t dims = p.head_dim_qk + p.head_dim_v;
-  plan.pad_ratio = dims > 0
-                       ? static_cast<double>((plan.head_dim_qk_bucket + plan.head_dim_v_bucket) *
-                                             plan.num_v_slices) /
-                             static_cast<double>(dims)
-                       : 1.0;
+  const int64_t score_passes = scores_once ? 1 : plan.num_v_slices;
+  plan.pad_ratio = dims > 0 ? static_cast<double>(plan.head_dim_qk_bucket * score_passes +
+                                                  plan.head_dim_v_bucket * plan.num_v_slices) /
+                                  static_cast<double>(dims)
+                            : 1.0;
   plan.tile_q = tile_q;
   plan.tile_k = tile_k;
 }
@@ -164,11 +182,11 @@ Verdict prefill_supports(const Problem& p, const Options&) {
                          " of device " + std::to_string(p.device.index) +
                          " is below the sm_80 that mma.sync prefill needs");
     const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
-    return instance_fits_shared_memory(
-        p, *device, *instance,
-        static_cast<size_t>(prefill_shared_bytes(instance->head_dim_qk_bucket,
-                                                 instance->head_dim_v_bucket, 2,
-                                                 shared_class_of(device))));
+    const MmaShape shape =
+        mma_shape(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
+                  v_slices_of(p.head_dim_v), kSharedBudgets[shared_class_of(device)]);
+    return instance_fits_shared_memory(p, *device, *instance,
+                                       static_cast<size_t>(shape.shared_bytes));
   }
   return Verdict::yes();
 }
@@ -177,9 +195,9 @@ void prefill_configure(const Problem& p, Plan& plan) {
   const PrefillInstance* instance = find_instance(p.head_dim_qk, p.head_dim_v);
   const int shared_class = shared_class_of(planning_device(p.device.index));
   if (instance == nullptr) throw Error("fsdpa: internal: prefill_configure without an instance");
-  const PrefillTile tile = prefill_tile(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
-                                        kSharedBudgets[shared_class]);
-  configure_16bit(p, plan, *instance, prefill_tile_q(tile), tile.tile_k,
+  const MmaShape shape = mma_shape(instance->head_dim_qk_bucket, instance->head_dim_v_bucket,
+                                   v_slices_of(p.head_dim_v), kSharedBudgets[shared_class]);
+  configure_16bit(p, plan, *instance, shape.tile_q, shape.tile_k, shape.scores_once,
                   instance->bf16[shared_class], instance->f16[shared_class]);
   plan.loads = copy_16_loads(p.row_alignment);
 }
@@ -221,7 +239,7 @@ void prefill_hopper_configure(const Problem& p, Plan& plan) {
   // aligned better at run time may take TMA and its tile).
   const HopperLoad load = hopper_load(static_cast<int>(p.row_alignment), qk, dv);
   configure_16bit(p, plan, *instance, kHopperTileQ, hopper_tile_k(qk, dv, load),
-                  instance->hopper_bf16, instance->hopper_f16);
+                  v_slices_of(p.head_dim_v) == 1, instance->hopper_bf16, instance->hopper_f16);
   switch (load) {
     case HopperLoad::Tma:
       plan.loads = "TMA boxes";
