@@ -158,7 +158,8 @@ typedef struct fsdpa_plan_info {
   int32_t num_v_slices;     /* Dv in this many column slices (fused prefill above Dv=256) */
   uint64_t workspace_bytes; /* what fsdpa_run needs */
   double scale;             /* resolved */
-  double pad_ratio;         /* (bucket_qk + bucket_v) * Dv slices / (Dqk + Dv) */
+  double pad_ratio;         /* work done / work needed (Plan::pad_ratio: slices that share */
+                            /* q.k count bucket_qk once) */
   char kernel[FSDPA_KERNEL_NAME_CAPACITY];
   char fallback_reason[FSDPA_FALLBACK_REASON_CAPACITY]; /* "" when none */
 } fsdpa_plan_info;
