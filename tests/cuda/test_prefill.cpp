@@ -545,14 +545,13 @@ INSTANTIATE_TEST_SUITE_P(Grid, PrefillSharedBudgets, ::testing::ValuesIn(budget_
                                   std::to_string(test_info.param.budget / 1024) + "k";
                          });
 
-// The pair kernel (pair_kernel.cuh: two column slices in one block, Q K^T
-// once), forced on the mma.sync row under sm_90's budget: every pair of
-// buckets that runs in two slices, head dims on and between buckets, Dv
-// wider than Dqk, every semantic on some case (the two warps of a row tile
-// split each key tile, so the masks, windows and causal edges fall in either
-// half), lengths below one row block and one key tile, odd rows (8-, 4- and
-// 2-byte aligned rows take the narrow copies), v a view of k, and the plan's
-// tile and work ratio.
+// The pair kernel (pair_kernel.cuh: two column slices in one block, Q K^T once), forced on the
+// mma.sync row under sm_90's budget: every bucket above 256 and two of the symmetric ones a Dv
+// above 256 takes (256 and 208), head dims on and between buckets, Dv wider than Dqk, every
+// semantic on some case (the two warps of a row tile split each key tile, so the masks, windows
+// and causal edges fall in either half), lengths below one row block and one key tile, odd rows
+// (8-, 4- and 2-byte aligned rows take the narrow copies), v a view of k, and the plan's tile
+// and work ratio.
 std::vector<Case> pair_cases() {
   struct Dims {
     int64_t qk, dv;
