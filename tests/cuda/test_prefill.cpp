@@ -95,6 +95,21 @@ void expect_case(const Case& c) {
   rng = unfused_inputs;  // the next case draws fresh inputs
 }
 
+// A causal chunk of MLA's absorbed prefill: 576/512 with v a view of k's
+// first 512 columns, one kv head, 97 queries on 333 keys.
+Case mla_chunk_case(int64_t heads_q) {
+  Case c;
+  c.head_dim_qk = 576;
+  c.head_dim_v = 512;
+  c.layout = Layout::MlaAlias;
+  c.heads_q = heads_q;
+  c.heads_kv = 1;
+  c.len_q = 97;
+  c.len_k = 333;
+  c.causal = true;
+  return c;
+}
+
 // --------------------------------------------------------------- buckets
 
 std::vector<Case> bucket_cases() {
@@ -176,15 +191,7 @@ std::vector<Case> awkward_cases() {
     }
   }
   {  // MLA's absorbed prefill chunk: v a view of k's first 512 columns
-    Case c;
-    c.head_dim_qk = 576;
-    c.head_dim_v = 512;
-    c.layout = Layout::MlaAlias;
-    c.heads_q = 16;
-    c.heads_kv = 1;
-    c.len_q = 97;
-    c.len_k = 333;
-    c.causal = true;
+    Case c = mla_chunk_case(16);
     cases.push_back(c);
     c.mask = MaskKind::Boolean;  // and every semantic at once
     c.fully_masked_rows = true;
@@ -583,15 +590,7 @@ std::vector<Case> pair_cases() {
     cases.push_back(c);
     ++k;
   }
-  Case alias;  // v a view of k
-  alias.head_dim_qk = 576;
-  alias.head_dim_v = 512;
-  alias.layout = Layout::MlaAlias;
-  alias.heads_q = 8;
-  alias.heads_kv = 1;
-  alias.len_q = 97;
-  alias.len_k = 333;
-  alias.causal = true;
+  Case alias = mla_chunk_case(8);  // v a view of k
   alias.row = "cuda_fused_prefill";
   cases.push_back(alias);
   return cases;

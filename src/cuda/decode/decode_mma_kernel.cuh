@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     return static_cast<uint32_t>(k_panel ? stream * kKPanels + panel
                                          : kStreams * kKPanels + stream * kVPanels + panel);
   };
-  auto load_stage = [&](int tile) {
-    const uint32_t k_dst = ring + (tile % kStages) * stage_elems * uint32_t{sizeof(T)};
+  auto load_stage = [&](int tile, int stage) {
+    const uint32_t k_dst = ring + stage * stage_elems * uint32_t{sizeof(T)};
     const int key0 = key_begin + tile * kStageKeys;
     if constexpr (kPacked) {
       const int keys = max(0, min(kStageKeys, key_end - key0));
@@ -395,8 +395,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
     }
   }
   const CpAsyncRing<kStages> copy_ring{num_tiles};
-  const auto load_tile = [&](int tile, int) { load_stage(tile); };
-  copy_ring.start(load_tile);
+  copy_ring.start(load_stage);
 
   float o[kDvPart / 8][4];
 #pragma unroll
@@ -413,7 +412,7 @@ __global__ void __launch_bounds__(kDecodeMmaWarps * 32,
   const int v_frag_elem = (lane % 16) * row_v + (lane / 16) * 8 + part * kDvPart;
 
   for (int it = 0; it < num_tiles; ++it) {
-    copy_ring.acquire(it, load_tile);  // stage `it` landed for all; stage it-1 is free for reuse
+    copy_ring.acquire(it, load_stage);  // stage `it` landed for all; stage it-1 is free for reuse
     // kBulkSpans: stage `it`'s bulk copies, waited on after the next
     // stage's are issued (so that kStages stages are in flight, not
     // kStages - 1), and after the block barrier, which also publishes

@@ -141,6 +141,15 @@ constexpr PairTile prefill_pair_tile(int head_dim_qk_bucket, int head_dim_v_buck
   return {0, 0};
 }
 
+// Whether the mma.sync row runs a call in `slices` column slices of a bucket
+// pair on the pair kernel under `shared_bytes` (else a block a slice): the
+// one rule that launch_prefill and the plan (prefill.cu) both read.
+constexpr bool pair_kernel_serves(int head_dim_qk_bucket, int head_dim_v_bucket, int64_t slices,
+                                  int shared_bytes) {
+  return slices == 2 &&
+         prefill_pair_tile(head_dim_qk_bucket, head_dim_v_bucket, shared_bytes).tile_k > 0;
+}
+
 static_assert(prefill_pair_tile(576, 256).tile_k == 32 &&
                   prefill_pair_tile(512, 256).tile_k == 32 &&
                   prefill_pair_tile(288, 144).tile_k == 64,

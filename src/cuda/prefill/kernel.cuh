@@ -191,13 +191,13 @@ void launch_prefill_tile(const PrefillParams& params, cudaStream_t stream) {
 }
 
 // The tile of the shared-memory class (shared_budget.h's kSharedBudgets) the
-// plan chose for the device; a call in two column slices runs the pair
-// kernel where its tile fits the class (prefill_pair_tile, which the plan
-// reads too).
+// plan chose for the device, or the pair kernel where it serves the call
+// (pair_kernel_serves, which the plan reads too).
 template <int kDqk, int kDv, typename T, int kSharedClass>
 void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
-  if constexpr (prefill_pair_tile(kDqk, kDv, kSharedBudgets[kSharedClass]).tile_k > 0) {
-    if (params.v_slice_shift == 1) {
+  constexpr int kBudget = kSharedBudgets[kSharedClass];
+  if constexpr (pair_kernel_serves(kDqk, kDv, 2, kBudget)) {
+    if (pair_kernel_serves(kDqk, kDv, int64_t{1} << params.v_slice_shift, kBudget)) {
       if (params.v_slice_width != kDv)
         throw Error("fsdpa: internal: column slices of " + std::to_string(params.v_slice_width) +
                     " for the pair kernel of a " + std::to_string(kDv) + " bucket");
@@ -205,9 +205,7 @@ void launch_prefill(const PrefillParams& params, cudaStream_t stream) {
       return;
     }
   }
-  launch_prefill_tile<kDqk, kDv, T,
-                      encode_tile(prefill_tile(kDqk, kDv, kSharedBudgets[kSharedClass]))>(params,
-                                                                                          stream);
+  launch_prefill_tile<kDqk, kDv, T, encode_tile(prefill_tile(kDqk, kDv, kBudget))>(params, stream);
 }
 
 }  // namespace fsdpa::detail::cuda

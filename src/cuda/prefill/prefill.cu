@@ -127,18 +127,19 @@ Verdict instance_fits_shared_memory(const Problem& p, const DeviceInfo& device,
 }
 
 // What the mma.sync row launches for a call in `slices` column slices of a
-// bucket pair under a shared-memory budget (launch_prefill's rule): the pair
-// kernel where two slices take it (Q K^T once for both), else the mma.sync
-// kernel's tile, one block a slice.
+// bucket pair under a shared-memory budget: the pair kernel where it serves
+// the call (pair_kernel_serves, launch_prefill's rule; Q K^T once for both
+// slices), else the mma.sync kernel's tile, one block a slice.
 struct MmaShape {
   int64_t tile_q, tile_k;
   int shared_bytes;
   bool scores_once;  // the slices share one Q K^T
 };
 MmaShape mma_shape(int qk, int dv, int64_t slices, int budget) {
-  const PairTile pair = prefill_pair_tile(qk, dv, budget);
-  if (slices == 2 && pair.tile_k > 0)
+  if (pair_kernel_serves(qk, dv, slices, budget)) {
+    const PairTile pair = prefill_pair_tile(qk, dv, budget);
     return {kPairTileQ, pair.tile_k, pair_shared_bytes(pair, qk, dv), true};
+  }
   const PrefillTile tile = prefill_tile(qk, dv, budget);
   return {prefill_tile_q(tile), tile.tile_k, prefill_shared_bytes(tile, qk, dv, 2), slices == 1};
 }

@@ -190,7 +190,10 @@ __device__ __forceinline__ void softmax_row(float (&s)[kRowTiles][kKeyTiles][4],
 struct NoExchange {};
 
 // softmax_row over the warp's rows; returns whether any row of the warp moved
-// its max (then every lane rescales O).
+// its max (then every lane rescales O). Without an exchange each row takes
+// its max and its softmax in one step, the order the kernels were tuned in
+// (taking every row's max first reordered their code); an exchange needs
+// all the maxima before any row's softmax.
 template <int kRowTiles, int kKeyTiles, typename Map, typename Exchange = NoExchange>
 __device__ __forceinline__ bool softmax_scores(float (&s)[kRowTiles][kKeyTiles][4],
                                                float (&row_max)[kRowTiles][2],
