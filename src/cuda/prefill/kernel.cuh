@@ -114,31 +114,9 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
 
     // S = Q K^T over the Dqk bucket.
     float s[kRowTiles][kKeyTiles][4];
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-      for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[m][n][e] = 0.0f;
-    const uint32_t k_fragment_base =
-        shared_address(stage_k + ((lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8);
-#pragma unroll
-    for (int kk = 0; kk < kDqk / 16; ++kk) {
-      uint32_t a[kRowTiles][4];
-#pragma unroll
-      for (int m = 0; m < kRowTiles; ++m)
-        ldmatrix_x4(a[m], q_fragment_base + (m * 16 * kQStride + kk * 16) * sizeof(T));
-#pragma unroll
-      for (int n2 = 0; n2 < kKeyTiles / 2; ++n2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_fragment_base + (n2 * 16 * kKStride + kk * 16) * sizeof(T));
-#pragma unroll
-        for (int m = 0; m < kRowTiles; ++m) {
-          mma_16x8x16<T>(s[m][2 * n2], a[m], b[0], b[1]);
-          mma_16x8x16<T>(s[m][2 * n2 + 1], a[m], b[2], b[3]);
-        }
-      }
-    }
+    qk_scores<T, kDqk, kQStride, kKStride>(
+        s, q_fragment_base,
+        shared_address(stage_k + ((lane % 8) + (lane / 16) * 8) * kKStride + ((lane / 8) % 2) * 8));
 
     const bool need_mask = tile_needs_mask<kKeyTiles>(sem, k0, first_range, last_range);
     float correction[kRowTiles][2];

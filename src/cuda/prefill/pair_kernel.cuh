@@ -134,25 +134,10 @@ __global__ void __launch_bounds__(kPairWarps * 32, 1) prefill_pair_kernel(const 
 
     // S = Q K^T over the Dqk bucket, this warp's half of the keys.
     float s[1][kHalfKeyTiles][4];
-#pragma unroll
-    for (int n = 0; n < kHalfKeyTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][n][e] = 0.0f;
-    const uint32_t k_fragment_base =
+    qk_scores<T, kDqk, kQStride, kKStride>(
+        s, q_fragment_base,
         shared_address(stage_k + (slice * kHalfK + (lane % 8) + (lane / 16) * 8) * kKStride +
-                       ((lane / 8) % 2) * 8);
-#pragma unroll
-    for (int kk = 0; kk < kDqk / 16; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, q_fragment_base + kk * 16 * sizeof(T));
-#pragma unroll
-      for (int n2 = 0; n2 < kHalfKeyTiles / 2; ++n2) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_fragment_base + (n2 * 16 * kKStride + kk * 16) * sizeof(T));
-        mma_16x8x16<T>(s[0][2 * n2], a, b[0], b[1]);
-        mma_16x8x16<T>(s[0][2 * n2 + 1], a, b[2], b[3]);
-      }
-    }
+                       ((lane / 8) % 2) * 8));
 
     const bool need_mask = tile_needs_mask<kHalfKeyTiles>(sem, own_k0, first_range, last_range);
     float correction[1][2];

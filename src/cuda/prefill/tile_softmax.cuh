@@ -66,6 +66,58 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, in
   return b;
 }
 
+// S = Q K^T of the warp's kRowTiles x 16 rows and kKeyTiles x 8 keys over a
+// Dqk bucket, both operands in shared memory, rows kQStride and kKStride
+// elements apart: `q_fragment` is the lane's ldmatrix address of the first
+// row tile (rows lane % 16, columns (lane / 16) * 8), `k_fragment` that of
+// the first key ((lane % 8) + (lane / 16) * 8, columns ((lane / 8) % 2) * 8).
+// Where the tile has fewer than 4 accumulator chains (the large head dims'
+// 16 keys a warp) the k steps alternate over kSums partial sums, added at
+// the end: with 2 warps a scheduler one chain a key tile would leave the
+// tensor pipe waiting out each product's latency.
+template <typename T, int kDqk, int kQStride, int kKStride, int kRowTiles, int kKeyTiles>
+__device__ __forceinline__ void qk_scores(float (&s)[kRowTiles][kKeyTiles][4], uint32_t q_fragment,
+                                          uint32_t k_fragment) {
+  constexpr int kChains = kRowTiles * kKeyTiles;
+  constexpr int kSums = kChains >= 4 ? 1 : 4 / kChains;
+  float partial[kSums][kRowTiles][kKeyTiles][4];
+#pragma unroll
+  for (int h = 0; h < kSums; ++h)
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) partial[h][m][n][e] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < kDqk / 16; ++kk) {
+    uint32_t a[kRowTiles][4];
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+      ldmatrix_x4(a[m], q_fragment + (m * 16 * kQStride + kk * 16) * sizeof(T));
+#pragma unroll
+    for (int n2 = 0; n2 < kKeyTiles / 2; ++n2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_fragment + (n2 * 16 * kKStride + kk * 16) * sizeof(T));
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        mma_16x8x16<T>(partial[kk % kSums][m][2 * n2], a[m], b[0], b[1]);
+        mma_16x8x16<T>(partial[kk % kSums][m][2 * n2 + 1], a[m], b[2], b[3]);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[m][n][e] = partial[0][m][n][e];
+#pragma unroll
+        for (int h = 1; h < kSums; ++h) s[m][n][e] += partial[h][m][n][e];
+      }
+}
+
 // Keys [k0, k0 + kKeyTiles * 8) against the rows of the tile: whether any
 // score needs masking (the tile crosses a row's visible range, the end of the
 // keys, or an array mask applies). `first` and `last` are the visible ranges
