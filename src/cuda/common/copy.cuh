@@ -238,6 +238,22 @@ struct TileRowPasses {
   static constexpr uint32_t kPassBytes = kRowsPerPass * kStride * sizeof(T);
 };
 
+// Zeros columns [num_cols rounded up to 8, kCols) of kRows rows kStride
+// elements apart, by every thread of the block: the chunks cp_async_tile_rows
+// never copies, where a product reads them against zeros (0 x NaN from stale
+// shared memory is NaN). Once, before the copies (a block barrier must
+// follow before they are read).
+template <int kRows, int kCols, int kStride, int kThreads, typename T>
+__device__ __forceinline__ void zero_tail_chunks(T* shared, int num_cols) {
+  static_assert(sizeof(T) == 2 && kCols % 8 == 0, "16-byte chunks of 16-bit elements");
+  const int first = (num_cols + 7) / 8;
+  const int tail = kCols / 8 - first;
+#pragma unroll 1
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * tail; i += kThreads)
+    *reinterpret_cast<uint4*>(shared + (i / tail) * kStride + (first + i % tail) * 8) =
+        make_uint4(0, 0, 0, 0);
+}
+
 // cp_async_tile for a tile that a loop copies again and again (a key
 // stage), at a fraction of its instructions: ~5 a chunk against ~50
 // (cp_async_tile works out row, column, bounds and both addresses for every
