@@ -75,14 +75,13 @@ __global__ void __launch_bounds__(decode_tile(kTileCode).warps * 32,
   cp_async_tile<kTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides.row, q0, len_q,
                                                   p.head_dim_qk, p.copy_bytes);
   const int len_k = static_cast<int>(sem.len_k);
+  const KvStageCopy<T, kTileK, kDqk, kKStride, kDv, kVStride, kThreads> copy_kv{
+      k_base, v_base,        p.k_strides.row, p.v_strides.row,
+      len_k,  p.head_dim_qk, slice.columns,   p.copy_bytes};
+  copy_kv.template zero_k_tails<kStages>(shared_k);
   auto load_kv = [&](int tile, int stage) {
-    const int k0 = (tile_begin + tile) * kTileK;
-    cp_async_tile<kTileK, kDqk, kKStride, kThreads>(shared_k + stage * kTileK * kKStride, k_base,
-                                                    p.k_strides.row, k0, len_k, p.head_dim_qk,
-                                                    p.copy_bytes);
-    cp_async_tile<kTileK, kDv, kVStride, kThreads>(shared_v + stage * kTileK * kVStride, v_base,
-                                                   p.v_strides.row, k0, len_k, slice.columns,
-                                                   p.copy_bytes);
+    copy_kv(shared_k + stage * kTileK * kKStride, shared_v + stage * kTileK * kVStride,
+            (tile_begin + tile) * kTileK);
   };
   const CpAsyncRing<kStages> ring{num_tiles};
   ring.start(load_kv);

@@ -78,29 +78,13 @@ __global__ void __launch_bounds__(kPairWarps * 32, 1) prefill_pair_kernel(const 
   // Prologue: Q and the first kStages-1 K/V tiles, one commit group each.
   cp_async_tile<kPairTileQ, kDqk, kQStride, kThreads>(shared_q, q_base, p.q_strides.row, q0, len_q,
                                                       p.head_dim_qk, p.copy_bytes);
-  // Rows 16-byte aligned take cp_async_tile_rows (a few instructions a
-  // chunk; cp_async_tile's bounds and alignment cases for every chunk cost
-  // ~50, several times the tile's products at these head dims). It copies
-  // no chunk past the head dims: K's are zeroed once here (S reads them
-  // against Q's zeros), V's feed only output columns that are not stored.
-  const bool whole_chunks = p.copy_bytes >= 16;
-  if (whole_chunks)
-    zero_tail_chunks<kStages * kTileK, kDqk, kKStride, kThreads>(shared_k, p.head_dim_qk);
+  const KvStageCopy<T, kTileK, kDqk, kKStride, 2 * kDv, kVStride, kThreads> copy_kv{
+      k_base, v_base,        p.k_strides.row, p.v_strides.row,
+      len_k,  p.head_dim_qk, p.head_dim_v,    p.copy_bytes};
+  copy_kv.template zero_k_tails<kStages>(shared_k);
   auto load_kv = [&](int tile, int stage) {
-    const int k0 = (tile_begin + tile) * kTileK;
-    T* k_stage = shared_k + stage * kTileK * kKStride;
-    T* v_stage = shared_v + stage * kTileK * kVStride;
-    if (whole_chunks) {
-      cp_async_tile_rows<kTileK, kDqk, kKStride, kThreads>(
-          shared_address(k_stage), k_base, p.k_strides.row, k0, len_k, p.head_dim_qk);
-      cp_async_tile_rows<kTileK, 2 * kDv, kVStride, kThreads>(
-          shared_address(v_stage), v_base, p.v_strides.row, k0, len_k, p.head_dim_v);
-    } else {
-      cp_async_tile<kTileK, kDqk, kKStride, kThreads>(k_stage, k_base, p.k_strides.row, k0, len_k,
-                                                      p.head_dim_qk, p.copy_bytes);
-      cp_async_tile<kTileK, 2 * kDv, kVStride, kThreads>(v_stage, v_base, p.v_strides.row, k0,
-                                                         len_k, p.head_dim_v, p.copy_bytes);
-    }
+    copy_kv(shared_k + stage * kTileK * kKStride, shared_v + stage * kTileK * kVStride,
+            (tile_begin + tile) * kTileK);
   };
   const CpAsyncRing<kStages> ring{num_tiles};
   ring.start(load_kv);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/copy.cuh"
 #include "cuda/common/exact_row.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/score.cuh"
@@ -65,6 +66,51 @@ __device__ __forceinline__ PrefillBlock prefill_block(const PrefillParams& p, in
   b.num_tiles = end > begin ? (end + tile_k - 1) / tile_k - b.tile_begin : 0;
   return b;
 }
+
+// The copies of one K/V stage of the mma.sync kernels (kernel.cuh,
+// pair_kernel.cuh): kKeys rows of K (a kDqk bucket, the first `head_dim_qk`
+// columns real) and of V (kVCols columns: a slice, or both slices, the first
+// `v_columns` real) from key k0 on, rows past len_k as zeros. Rows 16-byte
+// aligned take cp_async_tile_rows (a few instructions a chunk; cp_async_tile
+// works out bounds and the alignment's case for every chunk, ~50: at the
+// large head dims more than the tile's products, bench/NOTES.md session
+// 42). It copies no chunk past the head dims: K's must be zeroed once
+// (zero_k_tails: S reads them against Q's zeros), V's feed only output
+// columns that are not stored. Other rows take cp_async_tile, and so do
+// blocks with fewer threads than a row has chunks (cp_async_tile_rows gives
+// each thread one chunk column).
+template <typename T, int kKeys, int kDqk, int kKStride, int kVCols, int kVStride, int kThreads>
+struct KvStageCopy {
+  static constexpr bool kRowCopies = kThreads >= kDqk / 8 && kThreads >= kVCols / 8;
+  const T* k_base;
+  const T* v_base;
+  int64_t k_row_stride, v_row_stride;
+  int len_k, head_dim_qk, v_columns, copy_bytes;
+
+  // Before the first copy, over all `kStages` stages of K (kKeys rows each,
+  // contiguous from `shared_k`).
+  template <int kStages>
+  __device__ __forceinline__ void zero_k_tails(T* shared_k) const {
+    if constexpr (kRowCopies)
+      if (copy_bytes >= 16)
+        zero_tail_chunks<kStages * kKeys, kDqk, kKStride, kThreads>(shared_k, head_dim_qk);
+  }
+  __device__ __forceinline__ void operator()(T* k_stage, T* v_stage, int k0) const {
+    if constexpr (kRowCopies) {
+      if (copy_bytes >= 16) {
+        cp_async_tile_rows<kKeys, kDqk, kKStride, kThreads>(shared_address(k_stage), k_base,
+                                                            k_row_stride, k0, len_k, head_dim_qk);
+        cp_async_tile_rows<kKeys, kVCols, kVStride, kThreads>(shared_address(v_stage), v_base,
+                                                              v_row_stride, k0, len_k, v_columns);
+        return;
+      }
+    }
+    cp_async_tile<kKeys, kDqk, kKStride, kThreads>(k_stage, k_base, k_row_stride, k0, len_k,
+                                                   head_dim_qk, copy_bytes);
+    cp_async_tile<kKeys, kVCols, kVStride, kThreads>(v_stage, v_base, v_row_stride, k0, len_k,
+                                                     v_columns, copy_bytes);
+  }
+};
 
 // S = Q K^T of the warp's kRowTiles x 16 rows and kKeyTiles x 8 keys over a
 // Dqk bucket, both operands in shared memory, rows kQStride and kKStride
