@@ -1,6 +1,8 @@
 // f32 fused prefill on CUDA cores. Block = kRows query rows x 4 lanes per
 // row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 4
-// keys of a score tile and every 4th output column. Exact f32 arithmetic:
+// keys of a score tile and every 4th float4 of the output columns, and reads
+// Q, K and V from shared memory by float4 (one load per four FMAs where a
+// load per FMA, two in S, had bound the kernel). Exact f32 arithmetic:
 // this is the path the contract asks for when TF32 is not allowed. The tile
 // is the largest of kSimtF32Tiles whose Q, K, V and P fit the device's
 // shared memory a block (simt_f32_tile).
@@ -25,26 +27,45 @@ namespace {
 constexpr int kLanesPerRow = 4;  // one quad per row: quad shuffles reduce a row
 constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
 
-// The blocks per SM the launch bounds promise ptxas: left to it (0) at 32
-// keys, where it took 165-168 registers; at 16 keys it capped itself at 128
-// and spilled 32 bytes on sm_80, and one block lets it take 152-154.
-constexpr int simt_f32_min_blocks(int keys) { return keys == 32 ? 0 : 1; }
+// One block an SM in the launch bounds: left to itself ptxas capped some
+// tiles at 128 registers and spilled on sm_80 (16-32 bytes); with it they take
+// 140-180 and spill nothing.
+constexpr int kSimtF32MinBlocks = 1;
+
+// Rows [0, rows) of `src` (row stride `stride`) into `dst`, `padded` floats a
+// row: the first `width` of a row below `valid_rows`, zeros elsewhere. The
+// block's threads take the floats in order, stepping (row, column) without a
+// division per float.
+template <int kThreads>
+__device__ __forceinline__ void fill_rows(float* dst, const float* src, int64_t stride, int rows,
+                                          int valid_rows, int width, int padded) {
+  const int tid = static_cast<int>(threadIdx.x);
+  int r = tid / padded, d = tid % padded;
+  for (int i = tid; i < rows * padded; i += kThreads) {
+    dst[i] = r < valid_rows && d < width ? src[r * stride + d] : 0.0f;
+    d += kThreads;
+    while (d >= padded) d -= padded, ++r;
+  }
+}
 
 template <int kRows, int kKeys>
-__global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kKeys))
+__global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
     simt_f32_kernel(const PrefillParams p) {
   constexpr int kThreads = kRows * kLanesPerRow;
   constexpr int kKeysPerLane = kKeys / kLanesPerRow;
   static_assert(kThreads % 32 == 0 && kKeys % kLanesPerRow == 0, "quad layout");
-  extern __shared__ float shared[];
+  extern __shared__ __align__(16) float shared[];
   // This block's column slice of Dv (PrefillParams::v_slice_shift).
   const int column0 =
       (static_cast<int>(blockIdx.x) & ((1 << p.v_slice_shift) - 1)) * p.v_slice_width;
   const int dqk = p.head_dim_qk, dv = min(p.v_slice_width, p.head_dim_v - column0);
+  // Rows of Q and K, and of V, zero-padded to whole float4s (simt_f32.h).
+  const int row_qk = simt_f32_qk_stride(dqk), row_v = simt_f32_v_stride(p.v_slice_width);
+  const int chunks_qk = (dqk + 3) / 4, chunks_v = (dv + 3) / 4;
   float* shared_q = shared;
-  float* shared_k = shared_q + kRows * (dqk + 1);
-  float* shared_v = shared_k + kKeys * (dqk + 1);
-  float* shared_p = shared_v + kKeys * dv;
+  float* shared_k = shared_q + kRows * row_qk;
+  float* shared_v = shared_k + kKeys * row_qk;
+  float* shared_p = shared_v + kKeys * row_v;
 
   const int tid = static_cast<int>(threadIdx.x);
   const int local_row = tid / kLanesPerRow;
@@ -65,10 +86,8 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kK
   const float* v_base = static_cast<const float*>(p.v) + batch * p.v_strides.outer +
                         kv_head * p.v_strides.head + column0;
 
-  for (int i = tid; i < kRows * dqk; i += kThreads) {
-    const int r = i / dqk, d = i % dqk;
-    shared_q[r * (dqk + 1) + d] = q0 + r < len_q ? q_base[(q0 + r) * p.q_strides.row + d] : 0.0f;
-  }
+  fill_rows<kThreads>(shared_q, q_base + static_cast<int64_t>(q0) * p.q_strides.row,
+                      p.q_strides.row, kRows, len_q - q0, dqk, row_qk);
 
   const DeviceKeyRange first_range = visible_key_range(sem, q0);
   const DeviceKeyRange last_range = visible_key_range(sem, min(q0 + kRows, len_q) - 1);
@@ -78,6 +97,8 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kK
   const bool masked_row = sem.mask_kind != 0 && row < len_q;
   const int64_t mask_row = mask_row_offset(sem, batch, head, row);
 
+  // This lane's columns of O: float4 `c` of the slice is columns
+  // 4 * (lane_in_row + kLanesPerRow * c) .. + 3.
   float o[kColumnsPerLane];
 #pragma unroll
   for (int w = 0; w < kColumnsPerLane; ++w) o[w] = 0.0f;
@@ -86,28 +107,39 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kK
 
   for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
     __syncthreads();  // the previous tile's K, V, P are consumed
-    for (int i = tid; i < kKeys * dqk; i += kThreads) {
-      const int j = i / dqk, d = i % dqk;
-      shared_k[j * (dqk + 1) + d] = k0 + j < len_k ? k_base[(k0 + j) * p.k_strides.row + d] : 0.0f;
-    }
-    for (int i = tid; i < kKeys * dv; i += kThreads) {
-      const int j = i / dv, d = i % dv;
-      shared_v[j * dv + d] = k0 + j < len_k ? v_base[(k0 + j) * p.v_strides.row + d] : 0.0f;
-    }
+    fill_rows<kThreads>(shared_k, k_base + static_cast<int64_t>(k0) * p.k_strides.row,
+                        p.k_strides.row, kKeys, len_k - k0, dqk, row_qk);
+    fill_rows<kThreads>(shared_v, v_base + static_cast<int64_t>(k0) * p.v_strides.row,
+                        p.v_strides.row, kKeys, len_k - k0, dv, row_v);
     __syncthreads();
 
+    // S: each Q float4 read once for the lane's keys (one shared load per
+    // four FMAs of a key, not two per FMA); each dot in column order, as a
+    // plain loop would sum it.
+    float dot[kKeysPerLane];
+#pragma unroll
+    for (int u = 0; u < kKeysPerLane; ++u) dot[u] = 0.0f;
+    const float4* q_row = reinterpret_cast<const float4*>(shared_q + local_row * row_qk);
+    for (int c = 0; c < chunks_qk; ++c) {
+      const float4 q4 = q_row[c];
+#pragma unroll
+      for (int u = 0; u < kKeysPerLane; ++u) {
+        const float4 k4 = reinterpret_cast<const float4*>(
+            shared_k + (lane_in_row + kLanesPerRow * u) * row_qk)[c];
+        dot[u] = fmaf(q4.x, k4.x, dot[u]);
+        dot[u] = fmaf(q4.y, k4.y, dot[u]);
+        dot[u] = fmaf(q4.z, k4.z, dot[u]);
+        dot[u] = fmaf(q4.w, k4.w, dot[u]);
+      }
+    }
     float s[kKeysPerLane];
     float tile_max = kMinusInf;
 #pragma unroll
     for (int u = 0; u < kKeysPerLane; ++u) {
-      const int j = lane_in_row + kLanesPerRow * u;
-      const int key = k0 + j;
+      const int key = k0 + lane_in_row + kLanesPerRow * u;
       float value = kMinusInf;
       if (key >= range.begin && key < range.end) {
-        float dot = 0.0f;
-        for (int d = 0; d < dqk; ++d)
-          dot = fmaf(shared_q[local_row * (dqk + 1) + d], shared_k[j * (dqk + 1) + d], dot);
-        value = dot * p.scale_log2;
+        value = dot[u] * p.scale_log2;
         if (cap > 0.0f) value = soft_cap(value, cap, inverse_cap);
         if (masked_row) value += mask_term_log2(sem, mask_row, key);
       }
@@ -128,14 +160,22 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kK
     }
     row_sum = row_sum * correction + sum;
     __syncwarp();
+    // O += P V: each P value read once for the lane's columns, V by float4.
 #pragma unroll
-    for (int w = 0; w < kColumnsPerLane; ++w) {
-      const int col = lane_in_row + kLanesPerRow * w;
-      if (col >= dv) break;
-      float acc = o[w] * correction;
-      for (int j = 0; j < kKeys; ++j)
-        acc = fmaf(shared_p[local_row * (kKeys + 1) + j], shared_v[j * dv + col], acc);
-      o[w] = acc;
+    for (int w = 0; w < kColumnsPerLane; ++w) o[w] *= correction;
+    for (int j = 0; j < kKeys; ++j) {
+      const float pj = shared_p[local_row * (kKeys + 1) + j];
+      const float4* v_row = reinterpret_cast<const float4*>(shared_v + j * row_v);
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane / 4; ++c) {
+        const int chunk = lane_in_row + kLanesPerRow * c;
+        if (chunk >= chunks_v) break;
+        const float4 v4 = v_row[chunk];
+        o[4 * c] = fmaf(pj, v4.x, o[4 * c]);
+        o[4 * c + 1] = fmaf(pj, v4.y, o[4 * c + 1]);
+        o[4 * c + 2] = fmaf(pj, v4.z, o[4 * c + 2]);
+        o[4 * c + 3] = fmaf(pj, v4.w, o[4 * c + 3]);
+      }
     }
   }
 
@@ -162,8 +202,8 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), simt_f32_min_blocks(kK
   if (row < len_q) {
 #pragma unroll
     for (int w = 0; w < kColumnsPerLane; ++w) {
-      const int col = lane_in_row + kLanesPerRow * w;
-      if (col >= dv) break;
+      const int col = 4 * (lane_in_row + kLanesPerRow * (w / 4)) + w % 4;
+      if (col >= dv) continue;
       const float value = o[w] * inverse;
       out_row[col] = value;
       bad |= non_finite(value);

@@ -21,16 +21,28 @@ struct SimtF32Tile {
 };
 // Largest first; a plan takes the first whose shared memory fits the device's
 // block: 227 KB (sm_90) holds 32 x 32 up to 576/256; 163 KB (sm_80) needs 16
-// keys from Dqk 507 with 256-column slices; 99 KB (sm_86/89) 16 keys from
-// 253 and 16 rows from about 440.
+// keys from Dqk 497 with 256-column slices; 99 KB (sm_86/89) 16 keys from
+// 241 and 16 rows from 425.
 inline constexpr SimtF32Tile kSimtF32Tiles[] = {{32, 32}, {32, 16}, {16, 16}};
 
-// Q and K rows padded by one float (bank spread), V, and the P tile.
+// Floats of a row of Q or K in shared memory: whole float4s, an odd count
+// of them, so that the float4s of 8 rows (or keys) that a warp reads at once
+// fall in distinct banks; the pad is zeros.
+constexpr int simt_f32_qk_stride(int64_t head_dim_qk) {
+  return static_cast<int>((head_dim_qk + 7) / 8 * 8 + 4);
+}
+// Floats of a row of V: whole float4s (a quad reads 4 consecutive ones).
+constexpr int simt_f32_v_stride(int64_t v_slice_width) {
+  return static_cast<int>((v_slice_width + 3) / 4 * 4);
+}
+
+// Q and K rows, V rows, and the P tile (rows padded by one float).
 constexpr size_t simt_f32_shared_bytes(SimtF32Tile tile, int64_t head_dim_qk,
                                        int64_t v_slice_width) {
-  return sizeof(float) * (static_cast<size_t>(tile.rows + tile.keys) * (head_dim_qk + 1) +
-                          static_cast<size_t>(tile.keys) * v_slice_width +
-                          static_cast<size_t>(tile.rows) * (tile.keys + 1));
+  return sizeof(float) *
+         (static_cast<size_t>(tile.rows + tile.keys) * simt_f32_qk_stride(head_dim_qk) +
+          static_cast<size_t>(tile.keys) * simt_f32_v_stride(v_slice_width) +
+          static_cast<size_t>(tile.rows) * (tile.keys + 1));
 }
 
 static_assert(simt_f32_shared_bytes(kSimtF32Tiles[0], 576, 256) <= kSm90SharedBytes,
