@@ -1,8 +1,10 @@
 // f32 fused prefill on CUDA cores. Block = kRows query rows x 4 lanes per
 // row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 4
 // keys of a score tile and every 4th float4 of the output columns, and reads
-// Q, K and V from shared memory by float4 (one load per four FMAs where a
-// load per FMA, two in S, had bound the kernel). Exact f32 arithmetic:
+// Q, K and V from shared memory by float4. K and V arrive by cp.async, each
+// tile's K while the block computes the previous tile's P V and its V while
+// it computes S (a copy through registers, float by float, left one warp a
+// scheduler waiting out every load: bench/NOTES.md, session 42). Exact f32 arithmetic:
 // this is the path the contract asks for when TF32 is not allowed. The tile
 // is the largest of kSimtF32Tiles whose Q, K, V and P fit the device's
 // shared memory a block (simt_f32_tile).
@@ -13,6 +15,7 @@
 #include <utility>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/copy.cuh"
 #include "cuda/common/device.h"
 #include "cuda/common/exact_row.cuh"
 #include "cuda/common/score.cuh"
@@ -33,18 +36,29 @@ constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
 constexpr int kSimtF32MinBlocks = 1;
 
 // Rows [0, rows) of `src` (row stride `stride`) into `dst`, `padded` floats a
-// row: the first `width` of a row below `valid_rows`, zeros elsewhere. The
-// block's threads take the floats in order, stepping (row, column) without a
-// division per float.
+// row (a multiple of 4): the first `width` of a row below `valid_rows`, zeros
+// elsewhere, by cp.async in 16-byte chunks (4-byte pieces where the rows are
+// not 16-byte aligned: `copy_bytes`, the rows' alignment). Issued only: the
+// caller commits and waits. The block's threads take the chunks in order,
+// stepping (row, chunk) without a division per chunk.
 template <int kThreads>
 __device__ __forceinline__ void fill_rows(float* dst, const float* src, int64_t stride, int rows,
-                                          int valid_rows, int width, int padded) {
+                                          int valid_rows, int width, int padded, int copy_bytes) {
+  const int chunks = padded / 4;
   const int tid = static_cast<int>(threadIdx.x);
-  int r = tid / padded, d = tid % padded;
-  for (int i = tid; i < rows * padded; i += kThreads) {
-    dst[i] = r < valid_rows && d < width ? src[r * stride + d] : 0.0f;
-    d += kThreads;
-    while (d >= padded) d -= padded, ++r;
+  int r = tid / chunks, c = tid % chunks;
+  for (int i = tid; i < rows * chunks; i += kThreads) {
+    const int valid = r < valid_rows ? min(max(width - 4 * c, 0), 4) : 0;
+    const float* from = valid > 0 ? src + r * stride + 4 * c : src;
+    const uint32_t to = shared_address(dst + r * padded + 4 * c);
+    // 16-byte rows: width is a multiple of 4 but for a column slice's end
+    // inside a row, whose 16 bytes the row holds.
+    if (copy_bytes >= 16)
+      cp_async_16_zfill(to, from, 4 * valid);
+    else
+      cp_async_pieces<4>(to, reinterpret_cast<const char*>(from), 4 * valid);
+    c += kThreads;
+    while (c >= chunks) c -= chunks, ++r;
   }
 }
 
@@ -86,9 +100,6 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
   const float* v_base = static_cast<const float*>(p.v) + batch * p.v_strides.outer +
                         kv_head * p.v_strides.head + column0;
 
-  fill_rows<kThreads>(shared_q, q_base + static_cast<int64_t>(q0) * p.q_strides.row,
-                      p.q_strides.row, kRows, len_q - q0, dqk, row_qk);
-
   const DeviceKeyRange first_range = visible_key_range(sem, q0);
   const DeviceKeyRange last_range = visible_key_range(sem, min(q0 + kRows, len_q) - 1);
   const DeviceKeyRange range = visible_key_range(sem, row);
@@ -105,12 +116,29 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
   float row_max = kMinusInf, row_sum = 0.0f;
   const float cap = p.softcap_log2, inverse_cap = p.inverse_softcap_log2;
 
-  for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
-    __syncthreads();  // the previous tile's K, V, P are consumed
+  // K and V of a tile each in a buffer of their own, so that each loads
+  // while the other is read: K of tile t + 1 during P V of tile t, V of
+  // tile t + 1 during S of tile t + 1. One commit group each, in the order
+  // Q + K0, V0, K1, V1, ...: waiting until one group is in flight leaves
+  // the older one landed.
+  auto load_k = [&](int k0) {
     fill_rows<kThreads>(shared_k, k_base + static_cast<int64_t>(k0) * p.k_strides.row,
-                        p.k_strides.row, kKeys, len_k - k0, dqk, row_qk);
+                        p.k_strides.row, kKeys, len_k - k0, dqk, row_qk, p.copy_bytes);
+  };
+  auto load_v = [&](int k0) {
     fill_rows<kThreads>(shared_v, v_base + static_cast<int64_t>(k0) * p.v_strides.row,
-                        p.v_strides.row, kKeys, len_k - k0, dv, row_v);
+                        p.v_strides.row, kKeys, len_k - k0, dv, row_v, p.copy_bytes);
+  };
+  fill_rows<kThreads>(shared_q, q_base + static_cast<int64_t>(q0) * p.q_strides.row,
+                      p.q_strides.row, kRows, len_q - q0, dqk, row_qk, p.copy_bytes);
+  if (tile_begin < kv_end) load_k(tile_begin);
+  cp_async_commit();
+  if (tile_begin < kv_end) load_v(tile_begin);
+  cp_async_commit();
+
+  for (int k0 = tile_begin; k0 < kv_end; k0 += kKeys) {
+    const bool more = k0 + kKeys < kv_end;
+    cp_async_wait<1>();  // this tile's K (and Q); its V may still be in flight
     __syncthreads();
 
     // S: each Q float4 read once for the lane's keys (one shared load per
@@ -159,7 +187,12 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
       shared_p[local_row * (kKeys + 1) + lane_in_row + kLanesPerRow * u] = pj;
     }
     row_sum = row_sum * correction + sum;
-    __syncwarp();
+    __syncthreads();  // every warp is done with K: the next tile's comes in during P V
+    if (more) load_k(k0 + kKeys);
+    cp_async_commit();
+    cp_async_wait<1>();  // this tile's V; the next K may still be in flight
+    __syncthreads();     // ... for every thread (and the quads' P for their own rows)
+
     // O += P V: each P value read once for the lane's columns, V by float4.
 #pragma unroll
     for (int w = 0; w < kColumnsPerLane; ++w) o[w] *= correction;
@@ -177,7 +210,11 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
         o[4 * c + 3] = fmaf(pj, v4.w, o[4 * c + 3]);
       }
     }
+    __syncthreads();  // every warp is done with V and P
+    if (more) load_v(k0 + kKeys);
+    cp_async_commit();
   }
+  cp_async_wait<0>();
 
   const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
   const float total_max = fmaxf(row_max, sink);
