@@ -270,10 +270,10 @@ PrefillParams make_prefill_params(const Plan& plan, const Tensors& t) {
     throw Error("fsdpa: internal: " + std::to_string(plan.num_v_slices) +
                 " column slices is not a power of two");
   // The 16-bit kernels step by their Dv bucket, the f32 one (runtime head
-  // dims) by the columns a slice needs.
-  params.v_slice_width =
-      static_cast<int>(plan.head_dim_v_bucket > 0 ? plan.head_dim_v_bucket
-                                                  : v_slice_columns(plan.problem.head_dim_v));
+  // dims) by the columns a slice needs in whole float4s.
+  params.v_slice_width = static_cast<int>(plan.head_dim_v_bucket > 0
+                                              ? plan.head_dim_v_bucket
+                                              : simt_f32_v_slice_width(plan.problem.head_dim_v));
 #if defined(FSDPA_PREFILL_TRACE)
   params.trace = prefill_trace();
 #endif

@@ -51,8 +51,9 @@ __device__ __forceinline__ void fill_rows(float* dst, const float* src, int64_t 
     const int valid = r < valid_rows ? min(max(width - 4 * c, 0), 4) : 0;
     const float* from = valid > 0 ? src + r * stride + 4 * c : src;
     const uint32_t to = shared_address(dst + r * padded + 4 * c);
-    // 16-byte rows: width is a multiple of 4 but for a column slice's end
-    // inside a row, whose 16 bytes the row holds.
+    // 16-byte rows: every chunk starts 16-byte aligned (a V slice starts on
+    // a whole float4, simt_f32_v_slice_width); the last one of a row or a
+    // slice may hold fewer than 4 valid floats.
     if (copy_bytes >= 16)
       cp_async_16_zfill(to, from, 4 * valid);
     else
@@ -291,7 +292,7 @@ size_t planning_shared_bytes(const Problem& problem) {
 
 int simt_f32_tile(int64_t head_dim_qk, int64_t head_dim_v, size_t shared_bytes_per_block) {
   for (int t = 0; t < static_cast<int>(std::size(kSimtF32Tiles)); ++t)
-    if (simt_f32_shared_bytes(kSimtF32Tiles[t], head_dim_qk, v_slice_columns(head_dim_v)) <=
+    if (simt_f32_shared_bytes(kSimtF32Tiles[t], head_dim_qk, simt_f32_v_slice_width(head_dim_v)) <=
         shared_bytes_per_block)
       return t;
   return -1;
@@ -304,7 +305,8 @@ Verdict simt_f32_supports(const Problem& problem, const Options&) {
     return fits_shared_memory(
         "f32 prefill with head_dim_qk=" + std::to_string(problem.head_dim_qk) +
             ", head_dim_v=" + std::to_string(problem.head_dim_v),
-        simt_f32_shared_bytes(smallest, problem.head_dim_qk, v_slice_columns(problem.head_dim_v)),
+        simt_f32_shared_bytes(smallest, problem.head_dim_qk,
+                              simt_f32_v_slice_width(problem.head_dim_v)),
         block_shared_memory(*device), problem);
   }
   return Verdict::yes();

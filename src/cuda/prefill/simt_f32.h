@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "cuda/common/shared_budget.h"
+#include "cuda/prefill/config.h"
 #include "cuda/prefill/params.h"
 #include "select/table.h"
 
@@ -31,6 +32,17 @@ inline constexpr SimtF32Tile kSimtF32Tiles[] = {{32, 32}, {32, 16}, {16, 16}};
 constexpr int simt_f32_qk_stride(int64_t head_dim_qk) {
   return static_cast<int>((head_dim_qk + 7) / 8 * 8 + 4);
 }
+// The columns of a Dv slice (PrefillParams::v_slice_width): v_slice_columns
+// rounded up to whole float4s, so that the second slice's first column
+// keeps the rows' 16-byte alignment and its copies their 16-byte chunks (at
+// 150 columns a slice, Dv=300, it sat 8 bytes off: cp.async read the wrong
+// columns without a fault).
+constexpr int64_t simt_f32_v_slice_width(int64_t head_dim_v) {
+  return (v_slice_columns(head_dim_v) + 3) / 4 * 4;
+}
+static_assert(simt_f32_v_slice_width(300) == 152 && simt_f32_v_slice_width(512) == 256,
+              "whole float4s, no wider than the largest slice");
+
 // Floats of a row of V: whole float4s (a quad reads 4 consecutive ones).
 constexpr int simt_f32_v_stride(int64_t v_slice_width) {
   return static_cast<int>((v_slice_width + 3) / 4 * 4);
