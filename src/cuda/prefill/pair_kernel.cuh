@@ -91,8 +91,8 @@ __global__ void __launch_bounds__(kPairWarps * 32, 1) prefill_pair_kernel(const 
 
   float o[1][kDvTiles][4];
   float row_max[1][2];
-  float row_sum[1]
-               [2];  // per-thread partial over this warp's keys; quad- and pair-reduced at the end
+  // Per-thread partial sums over this warp's keys, quad- and pair-reduced at the end.
+  float row_sum[1][2];
 #pragma unroll
   for (int n = 0; n < kDvTiles; ++n)
 #pragma unroll
@@ -141,10 +141,11 @@ __global__ void __launch_bounds__(kPairWarps * 32, 1) prefill_pair_kernel(const 
     const bool need_mask = tile_needs_mask<kHalfKeyTiles>(sem, own_k0, first_range, last_range);
     float correction[1][2];
     if (softmax_tile<kSoftCap>(s, row_max, row_sum, correction, p, need_mask, row_of, own_k0, quad,
-                               batch, head, trade_maxima))
+                               batch, head, trade_maxima)) {
       rescale_output(o, correction);
+    }
 
-      // This warp's P for its partner, as 16-bit pairs in the A-fragment rows.
+    // This warp's P for its partner, as 16-bit pairs in the A-fragment rows.
 #pragma unroll
     for (int n = 0; n < kHalfKeyTiles; ++n)
 #pragma unroll
