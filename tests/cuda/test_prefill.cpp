@@ -706,10 +706,12 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
   if (compiled_exactly(576, 256) && detail::cuda::block_shared_memory(detail::cuda::device_info(
                                         0)) >= detail::cuda::kSm90SharedBytes) {
-    // 576/512 without MLA's aliasing: the mma.sync row's pair kernel.
+    // 576/512 without MLA's aliasing: the wide kernel where the wgmma rows
+    // run (S once for both halves of O), else the mma.sync row's pair kernel.
     const Plan large = plan(problem_of(576, 512), forced());
-    EXPECT_EQ(large.kernel, "cuda_fused_prefill");
-    EXPECT_EQ(large.tile_q, detail::cuda::kPairTileQ);
+    const bool wide = prefill_rows(DType::BF16).size() > 1;
+    EXPECT_EQ(large.kernel, wide ? "cuda_fused_prefill_wide" : "cuda_fused_prefill");
+    EXPECT_EQ(large.tile_q, wide ? 64 : detail::cuda::kPairTileQ);
     EXPECT_EQ(large.tile_k, 32);
     EXPECT_NEAR(large.pad_ratio, 1.0, 1e-12);
   }
@@ -754,6 +756,54 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
   p = mla;
   p.len_q = detail::cuda::kDecodeMaxLenQ;
   EXPECT_EQ(plan(p, forced()).kernel, "cuda_fused_decode_mla");
+}
+
+// The wide row (the MLA kernel with V tiles of its own) takes prefill with
+// Dv above 256 in the smallest shape that covers the head dims, and names
+// what it declines.
+TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
+  auto verdict = [](const Problem& p) { return detail::cuda::prefill_wide_supports(p, {}); };
+  Problem p = problem_of(512, 512);
+  p.len_q = detail::cuda::kDecodeMaxLenQ;
+  EXPECT_EQ(verdict(p).reason, "len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
+                                   std::to_string(p.len_q) + " (decode family)");
+  EXPECT_TRUE(verdict(p).routed);
+  p = problem_of(512, 512);
+  p.dtype = DType::F32;
+  EXPECT_EQ(verdict(p).reason, "dtype f32 is not one of f16, bf16");
+  p = problem_of(576, 256);
+  EXPECT_EQ(verdict(p).reason,
+            "head_dim_v=256 is one column slice: the slice kernels compute Q K^T once");
+  p = problem_of(640, 512);  // past what a valid problem holds: no shape covers it
+  EXPECT_EQ(verdict(p).reason,
+            "head_dim_qk=640, head_dim_v=512: the wide kernel's shapes cover 384/384, 512/512 "
+            "and 576/512");
+  p = problem_of(512, 512);
+  p.page_size = 16;
+  EXPECT_EQ(verdict(p).reason, "a paged cache: the wide kernel reads dense k and v");
+  p = problem_of(512, 512);
+  p.len_k = int64_t{1} << 31;
+  EXPECT_EQ(verdict(p).reason, "len_k=2147483648, rows=32768 exceed 2147483647 (32-bit indices)");
+  p = problem_of(512, 512);
+  p.row_alignment = 8;
+  EXPECT_EQ(verdict(p).reason,
+            "rows are 8-byte aligned; the wide kernel's TMA loads need 16 (q, k, v, out)");
+  // The smallest shape that covers: 300/300 and 384/320 take 384/384, 440/440
+  // and 512/300 512/512.
+  const std::pair<int64_t, int64_t> dims[][2] = {{{300, 300}, {384, 384}},
+                                                 {{384, 320}, {384, 384}},
+                                                 {{440, 440}, {512, 512}},
+                                                 {{512, 300}, {512, 512}},
+                                                 {{576, 512}, {576, 512}}};
+  for (const auto& [problem_dims, buckets] : dims) {
+    Plan wide;
+    detail::cuda::prefill_wide_configure(problem_of(problem_dims.first, problem_dims.second), wide);
+    EXPECT_EQ(wide.head_dim_qk_bucket, buckets.first) << problem_dims.first;
+    EXPECT_EQ(wide.head_dim_v_bucket, buckets.second) << problem_dims.first;
+    EXPECT_EQ(wide.tile_q, 64);
+    EXPECT_EQ(wide.tile_k, 32);
+    EXPECT_EQ(wide.loads, "TMA boxes");
+  }
 }
 
 // Rows aligned below 16 bytes run fused: on sm_90 the wgmma row (staged rows

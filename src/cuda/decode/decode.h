@@ -26,6 +26,12 @@ Verdict decode_mla_supports(const Problem& problem, const Options& options);
 Verdict prefill_mla_supports(const Problem& problem, const Options& options);
 void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+// The same kernel with V tiles of its own: prefill with Dv above 256 and v
+// apart from k (384/384, 512/512, 576/512), S once for both of O's column
+// halves.
+Verdict prefill_wide_supports(const Problem& problem, const Options& options);
+void prefill_wide_configure(const Problem& problem, Plan& plan);
+void prefill_wide_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 
 // Whether a compiled bucket covers (head_dim_qk, head_dim_v): FSDPA_HEAD_DIMS
 // may leave buckets out; tests skip what is not built.

@@ -385,16 +385,37 @@ constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv, i
 // one key split; two warpgroups share every K tile: warpgroup 0 computes
 // S = Q K^T over all 576 columns and the softmax, then both accumulate
 // O += P V, each for 256 of the 512 output columns (64 x 256 f32 is 128
-// registers a thread; 64 x 512 would not fit one warpgroup).
+// registers a thread; 64 x 512 would not fit one warpgroup). The same
+// kernel with V tiles of their own serves the wide prefill row: Dv above
+// 256 with v apart from k, S computed once for both column halves where the
+// column-slice kernels compute it once a slice.
 inline constexpr int kMlaHeadDimQk = 576;
 inline constexpr int kMlaHeadDimV = 512;
-inline constexpr int kMlaRows = 64;  // packed query rows per block
-// Keys per K tile and tiles in flight. 4 x 32 measured faster than 2 x 64
-// (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
-// is issued three tiles ahead instead of one.
-inline constexpr int kMlaTileK = 32;
-inline constexpr int kMlaStages = 4;
+inline constexpr int kMlaRows = 64;      // packed query rows per block
+inline constexpr int kMlaTileK = 32;     // keys per K (and V) tile
 inline constexpr int kMlaThreads = 256;  // two warpgroups
+// An instance's shape: Q and K rows in qk_panels 64-column panels of 128
+// bytes a row; each warpgroup accumulates half_dv of O's columns (a multiple
+// of 64, so that each starts on a panel); V is the K tile's first 2 half_dv
+// columns, or (separate_v) a tile of its own beside it in the stage; stages
+// of K (and V) tiles in flight.
+struct MlaShape {
+  int qk_panels, half_dv;
+  bool separate_v;
+  int stages;
+};
+// The compiled shapes (the kernel's template argument is an index here).
+// First the latent cache's: 4 stages of 32 keys measured faster than 2 x 64
+// (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
+// is issued three tiles ahead instead of one. Then the wide prefill row's,
+// smallest first (a problem takes the first that covers its head dims):
+// 384/384, 512/512 and 576/512, as many stages as fit beside Q.
+inline constexpr MlaShape kMlaShapes[] = {{kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4},
+                                          {6, 192, true, 3},
+                                          {8, 256, true, 2},
+                                          {9, 256, true, 2}};
+inline constexpr int kMlaLatent = 0;     // index of the latent cache's shape
+inline constexpr int kMlaFirstWide = 1;  // the wide row's: from here to the end
 // The TMA boxes, of one page's rows each, in which a K tile arrives from a
 // page pool of `page_size` rows: 4 (pages of 8), 2 (16), 1 (a multiple of
 // kMlaTileK); 0 for other page sizes, which the kernel does not take (a tile
@@ -403,19 +424,29 @@ constexpr int mla_tile_boxes(int64_t page_size) {
   if (page_size == 8 || page_size == 16) return static_cast<int>(kMlaTileK / page_size);
   return page_size > 0 && page_size % kMlaTileK == 0 ? 1 : 0;
 }
-// Shared memory: Q (64 rows) and the K stages (32 rows each), 576 columns in
-// 64-column panels of 128-byte rows; P of a tile as warpgroup 0's register
-// fragments (k-steps x 4 registers x 128 threads), its rescale factors (one
-// float2 a thread), mbarriers (per stage: full, free; P written, P read; Q in);
-// plus 1 KB to align the panels to 1024 bytes.
-inline constexpr size_t kMlaQBytes = size_t{kMlaRows} * kMlaHeadDimQk * 2;
-inline constexpr size_t kMlaKTileBytes = size_t{kMlaTileK} * kMlaHeadDimQk * 2;
+// Shared memory: Q (64 rows) and the stages (32 K rows each, and 32 V rows
+// where V is apart), in 64-column panels of 128-byte rows; P of a tile as
+// warpgroup 0's register fragments (k-steps x 4 registers x 128 threads),
+// its rescale factors (one float2 a thread), mbarriers (per stage: full,
+// free; P written, P read; Q in); plus 1 KB to align the panels to 1024
+// bytes.
+constexpr size_t mla_q_bytes(MlaShape s) { return size_t{kMlaRows} * s.qk_panels * 128; }
+constexpr size_t mla_k_tile_bytes(MlaShape s) { return size_t{kMlaTileK} * s.qk_panels * 128; }
+constexpr size_t mla_stage_bytes(MlaShape s) {
+  return mla_k_tile_bytes(s) + (s.separate_v ? size_t{kMlaTileK} * (s.half_dv / 32) * 128 : 0);
+}
 inline constexpr size_t kMlaPBytes = size_t{kMlaTileK / 16} * 4 * 128 * 4;
 inline constexpr size_t kMlaCorrectionBytes = size_t{128} * 8;
-inline constexpr size_t kMlaBarrierBytes = (2 * kMlaStages + 3) * 8;
-inline constexpr size_t kMlaSharedBytes = 1024 + kMlaQBytes + kMlaStages * kMlaKTileBytes +
-                                          kMlaPBytes + kMlaCorrectionBytes + kMlaBarrierBytes;
-static_assert(kMlaSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
+constexpr size_t mla_shared_bytes(MlaShape s) {
+  return 1024 + mla_q_bytes(s) + s.stages * mla_stage_bytes(s) + kMlaPBytes + kMlaCorrectionBytes +
+         (2 * size_t(s.stages) + 3) * 8;
+}
+constexpr bool mla_shapes_fit() {
+  for (const MlaShape& s : kMlaShapes)
+    if (mla_shared_bytes(s) > 227 * 1024 || s.half_dv % 64 != 0 || s.stages < 2) return false;
+  return !kMlaShapes[kMlaLatent].separate_v && kMlaShapes[kMlaFirstWide].separate_v;
+}
+static_assert(mla_shapes_fit(), "every shape fits the H100/H200 opt-in limit, whole panels");
 static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&
               mla_tile_boxes(24) == 0 && mla_tile_boxes(0) == 0);
 

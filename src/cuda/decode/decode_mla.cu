@@ -31,7 +31,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "core/kv_cache.h"
@@ -70,16 +72,36 @@ __host__ __device__ __forceinline__ bool staged_partials(const DecodeParams& p) 
          reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
 }
 
+// Floats of a staged row (2 half_dv columns): 8 rows' float2 writes hit
+// distinct banks.
+constexpr int mla_staged_row(int half_dv) { return 2 * half_dv + 8; }
+// Where the staged rows start, from Q's first byte: at the stages where they
+// hold the rows, else at Q (free too once every product completed).
+constexpr size_t mla_staging_offset(MlaShape s) {
+  const size_t rows = size_t{kMlaRows} * mla_staged_row(s.half_dv) * 4;
+  return s.stages * mla_stage_bytes(s) >= rows ? mla_q_bytes(s) : 0;
+}
+constexpr bool mla_staging_fits(MlaShape s) {
+  return mla_staging_offset(s) + size_t{kMlaRows} * mla_staged_row(s.half_dv) * 4 <=
+         mla_q_bytes(s) + s.stages * mla_stage_bytes(s);
+}
+constexpr bool mla_staging_fits_all() {
+  for (const MlaShape& s : kMlaShapes)
+    if (!mla_staging_fits(s)) return false;
+  return true;
+}
+static_assert(mla_staging_fits_all());
+
 // The kernel's device code, compiled for sm_90a only: elsewhere the kernel
 // body is empty and these would be unused (an error with FSDPA_WERROR).
 #if FSDPA_WGMMA_ARCH
-constexpr int kPanels = kMlaHeadDimQk / 64;  // 64-column panels of a Q or K tile
-constexpr int kQPanelBytes = kMlaRows * 128;
-constexpr int kKPanelBytes = kMlaTileK * 128;
-constexpr int kKeyTiles = kMlaTileK / 8;   // 8-key tiles of S
-constexpr int kKSteps = kMlaTileK / 16;    // k-steps of P V
-constexpr int kHalfDv = kMlaHeadDimV / 2;  // output columns per warpgroup
-constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
+constexpr int kQPanelBytes = kMlaRows * 128;   // a 64-column panel of Q
+constexpr int kKPanelBytes = kMlaTileK * 128;  // of a K or V tile
+constexpr int kKeyTiles = kMlaTileK / 8;       // 8-key tiles of S
+constexpr int kKSteps = kMlaTileK / 16;        // k-steps of P V
+// kHalfDv: a warpgroup's output columns (MlaShape::half_dv), in 8-column tiles.
+template <int kHalfDv>
+using OutFragments = float[kHalfDv / 8][4];
 
 // Where no TMA box of q is the block's rows (64 % Lq != 0, or the heads
 // broadcast; see launch_mla): starts copying the block's 64 packed Q rows
@@ -88,10 +110,10 @@ constexpr int kOutTiles = kHalfDv / 8;     // 8-column tiles of a warpgroup's O
 // the block's and columns past Dqk are zero-filled. Four threads share a
 // row, so each finds its row's source once (packed_row divides) and then
 // copies every fourth 16-byte chunk.
-template <typename T>
+template <typename T, int kPanels>
 __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
                                        uint32_t q) {
-  constexpr int kChunks = kMlaHeadDimQk / 8;  // 16-byte chunks of a row
+  constexpr int kChunks = kPanels * 8;  // 16-byte chunks of a row
   constexpr int kThreadsPerRow = kMlaThreads / kMlaRows;
   static_assert(kMlaThreads % kMlaRows == 0 && kChunks % kThreadsPerRow == 0);
   const int r = static_cast<int>(threadIdx.x) / kThreadsPerRow;
@@ -114,12 +136,13 @@ __device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kerne
 // `stats` holds warpgroup 0's (max, sum) of each of the 64 rows. Returns
 // whether this thread stored a NaN or an infinity into out
 // (repair_block_rows).
-template <typename T>
+template <typename T, int kHalfDv>
 __device__ __forceinline__ bool store_rows(const DecodeParams& p,
                                            const decode_kernel::DecodeBlock& b,
-                                           const float (&o)[kOutTiles][4], const float2* stats,
+                                           const OutFragments<kHalfDv>& o, const float2* stats,
                                            int warpgroup, int warp, int group, int quad) {
   using namespace decode_kernel;
+  constexpr int kOutTiles = kHalfDv / 8;
   const bool single_split = p.num_splits == 1;
   const int rows_total = p.batch * p.heads_q * p.len_q;
   bool bad = false;
@@ -177,16 +200,17 @@ __device__ __forceinline__ bool store_rows(const DecodeParams& p,
 }
 
 // Several splits, when the partial rows take 16-byte vectors: the split's
-// unnormalized rows go through shared memory (`staging`, the free K
-// stages) and leave as whole rows, each warp storing 512 contiguous bytes
+// unnormalized rows go through shared memory (`staging`: the free stages,
+// mla_staging_offset) and leave as whole rows, each warp storing 512 contiguous bytes
 // at a time. A block's packed rows are consecutive rows of the partials.
 // (Stored from the accumulator layout, each instruction wrote 8-byte pieces
 // of 8 rows: ~5 us for the 16.8 MB of all blocks at once.)
-constexpr int kStagedRow = kMlaHeadDimV + 8;  // floats: 8 rows' float2 writes hit distinct banks
-static_assert(size_t{kMlaRows} * kStagedRow * 4 <= kMlaStages * kMlaKTileBytes);
 // A warpgroup's accumulators into its columns of the staged rows.
-__device__ __forceinline__ void stage_rows(const float (&o)[kOutTiles][4], float* staging,
+template <int kHalfDv>
+__device__ __forceinline__ void stage_rows(const OutFragments<kHalfDv>& o, float* staging,
                                            int warpgroup, int warp, int group, int quad) {
+  constexpr int kStagedRow = mla_staged_row(kHalfDv);
+  constexpr int kOutTiles = kHalfDv / 8;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float* row =
@@ -196,12 +220,14 @@ __device__ __forceinline__ void stage_rows(const float (&o)[kOutTiles][4], float
       *reinterpret_cast<float2*>(row + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
   }
 }
+template <int kHalfDv>
 __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
                                                      const decode_kernel::DecodeBlock& b,
-                                                     const float (&o)[kOutTiles][4],
+                                                     const OutFragments<kHalfDv>& o,
                                                      const float2* stats, float* staging,
                                                      int warpgroup, int warp, int group, int quad) {
-  stage_rows(o, staging, warpgroup, warp, group, quad);
+  constexpr int kStagedRow = mla_staged_row(kHalfDv);
+  stage_rows<kHalfDv>(o, staging, warpgroup, warp, group, quad);
   __syncthreads();
   const int64_t first_row = decode_kernel::first_partial_row(p, b);
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -229,15 +255,16 @@ __device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
 // every load of a thread in flight at once instead of 4, and the weights
 // worked out per element, the call took 1.7 us longer: bench/NOTES.md,
 // session 9.)
-template <typename T, bool kWritesOut>
+template <typename T, bool kWritesOut, int kHalfDv>
 __device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
                                                   const decode_kernel::DecodeBlock& b,
-                                                  const float (&o)[kOutTiles][4],
+                                                  const OutFragments<kHalfDv>& o,
                                                   const float2* stats, float* staging,
                                                   float2* weights, int warpgroup, int warp,
                                                   int group, int quad) {
   using decode_kernel::RowTotals;
-  stage_rows(o, staging, warpgroup, warp, group, quad);
+  constexpr int kStagedRow = mla_staged_row(kHalfDv);
+  stage_rows<kHalfDv>(o, staging, warpgroup, warp, group, quad);
   cluster_arrive();
   cluster_wait();  // both blocks' rows and statistics staged
   const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
@@ -312,23 +339,35 @@ __device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int
 }
 #endif  // FSDPA_WGMMA_ARCH
 
-// kBoxes: 0 where k is dense, else k is a page pool read through the block
-// table, a tile in kBoxes boxes of 32 / kBoxes rows of one page each (pages
-// of 8 or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList:
-// the blocks are a list of splits over the batch's lengths (decode_block).
-// kPairOut: split pairs of the only two splits, which write out themselves
-// (store_pair_merged). Template parameters, so that the dense kernel without
-// a list keeps its code, and a paged kernel holds the copies of its own page
-// size only (with the box count a run-time value, the copies of four boxes
-// unrolled in the fill and the refill made the kernel 2.2k instructions
-// longer than the dense one, and its loops missed the instruction cache:
-// bench/NOTES.md, session 32).
-template <typename T, int kBoxes, bool kList, bool kPairOut>
+// kShapeIndex: the shape in kMlaShapes (the head dims' panels, O's columns a
+// warpgroup, V in the K tile or apart; an index, since nvcc's host stubs do
+// not take a class as a template argument). kBoxes: 0 where k is dense, else k is a page pool read
+// through the block table, a tile in kBoxes boxes of 32 / kBoxes rows of one page each (pages of 8
+// or 16 rows: 4 or 2; of a multiple of 32: 1; mla_tile_boxes). kList: the blocks are a list of
+// splits over the batch's lengths (decode_block). kPairOut: split pairs of the only two splits,
+// which write out themselves (store_pair_merged). Template parameters, so that the dense kernel
+// without a list keeps its code, and a paged kernel holds the copies of its own page size only
+// (with the box count a run-time value, the copies of four boxes unrolled in the fill and the
+// refill made the kernel 2.2k instructions longer than the dense one, and its loops missed the
+// instruction cache: bench/NOTES.md, session 32).
+template <typename T, int kShapeIndex, int kBoxes, bool kList, bool kPairOut>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     decode_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
-                      const __grid_constant__ TileMap q_map, int q_by_tma) {
+                      const __grid_constant__ TileMap v_map, const __grid_constant__ TileMap q_map,
+                      int q_by_tma) {
 #if FSDPA_WGMMA_ARCH
   using namespace decode_kernel;
+  constexpr MlaShape kShape = kMlaShapes[kShapeIndex];
+  // (Scalars: lambdas may read these without capturing them.)
+  constexpr int kPanels = kShape.qk_panels;  // of a Q or K tile
+  constexpr int kVPanels = kShape.half_dv / 32;
+  constexpr int kHalfDv = kShape.half_dv;
+  constexpr int kOutTiles = kHalfDv / 8;
+  constexpr int kStages = kShape.stages;
+  constexpr bool kSeparateV = kShape.separate_v;
+  constexpr size_t kQBytes = mla_q_bytes(kShape), kKTileBytes = mla_k_tile_bytes(kShape),
+                   kStageBytes = mla_stage_bytes(kShape);
+  static_assert(!kSeparateV || kBoxes == 0, "V tiles of their own: dense k and v");
   using prefill_impl::p_fragment;
   using prefill_impl::rescale_output;
   using prefill_impl::ScaledScores;
@@ -338,8 +377,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const uint32_t raw_address = shared_address(shared_raw);
   const uint32_t shared_q = (raw_address + 1023u) & ~1023u;
   unsigned char* const q_ptr = shared_raw + (shared_q - raw_address);
-  const uint32_t shared_k = shared_q + kMlaQBytes;
-  constexpr size_t kPOffset = kMlaQBytes + kMlaStages * kMlaKTileBytes;
+  const uint32_t shared_k = shared_q + kQBytes;  // stage s: K tile, then V's where apart
+  constexpr size_t kPOffset = kQBytes + kStages * kStageBytes;
   uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + kPOffset);
   float2* const correction_s = reinterpret_cast<float2*>(q_ptr + kPOffset + kMlaPBytes);
   // Barriers: K stage full (one arrival + the copy's bytes), K stage free
@@ -347,7 +386,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
   // arrival + Q's bytes, when Q comes by TMA). Tile t is use t of each ring
   // (the stage rings' stage t % stages; the P barriers' t-th phase).
-  using StageRing = StageBarriers<kMlaStages>;
+  using StageRing = StageBarriers<kStages>;
   const uint32_t barriers = shared_address(correction_s + 128);
   const StageRing full(barriers), stage_free(barriers + StageRing::kBytes);
   const StageBarriers<1> p_written(barriers + 2 * StageRing::kBytes),
@@ -415,17 +454,24 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     return pages;
   };
 
-  // Tile t: keys [first_key + 32 t, +32) into stage t % stages, all 9 panels;
-  // keys past the tensor's (or page's) end and columns past Dqk arrive as zeros.
+  // Tile t: keys [first_key + 32 t, +32) into stage t % stages, all of K's
+  // panels (and V's, where apart); keys past the tensor's (or page's) end and
+  // columns past the head dim arrive as zeros.
   auto load_tile = [&](int tile, const TilePages& pages) {
-    const uint32_t stage = shared_k + tile % kMlaStages * kMlaKTileBytes;
-    barrier_expect_bytes(full.at(tile), kMlaKTileBytes);
+    const uint32_t stage = shared_k + tile % kStages * kStageBytes;
+    barrier_expect_bytes(full.at(tile), kStageBytes);
     if constexpr (!paged) {
+      const int key = first_key + tile * kMlaTileK;
 #pragma unroll
       for (int panel = 0; panel < kPanels; ++panel)
-        tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full.at(tile), panel * 64,
-                    first_key + tile * kMlaTileK, blk.kv_head * k_map.head_step,
-                    blk.batch * k_map.batch_step);
+        tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full.at(tile), panel * 64, key,
+                    blk.kv_head * k_map.head_step, blk.batch * k_map.batch_step);
+      if constexpr (kSeparateV) {
+#pragma unroll
+        for (int panel = 0; panel < kVPanels; ++panel)
+          tma_load_4d(stage + kKTileBytes + panel * kKPanelBytes, &v_map.map, full.at(tile),
+                      panel * 64, key, blk.kv_head * v_map.head_step, blk.batch * v_map.batch_step);
+      }
     } else {
 #pragma unroll
       for (int box = 0; box < kTileBoxes; ++box) {
@@ -445,7 +491,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     p_read.init(128);
     barrier_init(q_full);
     barrier_init_fence();
-    if (q_by_tma) barrier_expect_bytes(q_full, kMlaQBytes);
+    if (q_by_tma) barrier_expect_bytes(q_full, kQBytes);
   }
   wait_for_previous_kernel();  // global memory from here on
   // Tile 0 and Q first, the other tiles once Q is in: issued together, the
@@ -454,7 +500,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // instead of cp.async took 1 us off a call (MLA 31.1 -> 30.1 us, session 10).
   if (issuer && num_tiles > 0) load_tile_now(0);
   if (!q_by_tma) {
-    load_q<T>(p, blk, shared_q);
+    load_q<T, kPanels>(p, blk, shared_q);
     cp_async_wait<0>();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // for wgmma's reads
   } else if (issuer) {
@@ -468,17 +514,19 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   __syncthreads();  // barriers initialized (and Q in place by cp.async)
   if (q_by_tma) barrier_wait(q_full, 0);
   if (issuer)
-    for (int tile = 1; tile < kMlaStages && tile < num_tiles; ++tile) load_tile_now(tile);
+    for (int tile = 1; tile < kStages && tile < num_tiles; ++tile) load_tile_now(tile);
 
   // Descriptors: Q and K K-major (8-row groups 1024 bytes apart, panel kk / 4,
-  // 32 bytes a k-step); V N-major from this warpgroup's 4 panels of the K
-  // tile (panels kKPanelBytes apart, 8-key groups 1024 bytes apart).
+  // 32 bytes a k-step); V N-major from this warpgroup's panels of the K tile
+  // or of the V tile beside it (panels kKPanelBytes apart, 8-key groups 1024
+  // bytes apart).
   const uint64_t q_descriptor = swizzle128_descriptor(shared_q, 16, 1024);
   const uint64_t k_descriptor = swizzle128_descriptor(shared_k, 16, 1024);
   const uint64_t v_descriptor = swizzle128_descriptor(
-      shared_k + warpgroup * (kHalfDv / 64) * kKPanelBytes, kKPanelBytes, 1024);
+      shared_k + (kSeparateV ? kKTileBytes : 0) + warpgroup * (kHalfDv / 64) * kKPanelBytes,
+      kKPanelBytes, 1024);
 
-  // This warpgroup's 256 columns of the 64 rows. The first P V overwrites
+  // This warpgroup's kHalfDv columns of the 64 rows. The first P V overwrites
   // them (zeroing them up front put the zeros inside the wgmma pipeline and
   // ptxas serialized every wgmma, warning C7515).
   float o[1][kOutTiles][4];
@@ -487,7 +535,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   float row_sum[1][2] = {{0.f, 0.f}};  // warpgroup 0; per thread, quad-reduced at the end
 
   auto issue_output = [&](int tile) {
-    const uint32_t stage = tile % kMlaStages * kMlaKTileBytes;
+    const uint32_t stage = tile % kStages * kStageBytes;
     pin_registers(pa);
     pin_registers(o[0]);
     wgmma_fence();
@@ -506,11 +554,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const uint32_t k_descriptor_low = static_cast<uint32_t>(k_descriptor);
     const uint64_t k_descriptor_high = k_descriptor & 0xFFFFFFFF00000000ull;
     auto issue_scores = [&](int tile) {
-      const uint32_t stage_low = k_descriptor_low + (tile % kMlaStages * kMlaKTileBytes >> 4);
+      const uint32_t stage_low = k_descriptor_low + (tile % kStages * kStageBytes >> 4);
       full.wait(tile);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kMlaHeadDimQk / 16; ++kk) {
+      for (int kk = 0; kk < kPanels * 4; ++kk) {
         const uint32_t q_offset = (kk / 4) * kQPanelBytes + (kk % 4) * 32;
         const uint32_t k_offset = (kk / 4) * kKPanelBytes + (kk % 4) * 32;
         wgmma_ss<T, kMlaTileK>(s[0], q_descriptor + (q_offset >> 4),
@@ -570,8 +618,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   } else {
     for (int it = 0; it < num_tiles; ++it) {
       // The refill's page lookups first: their loads overlap the waits below.
-      const bool refill = issuer && it + kMlaStages < num_tiles;
-      const TilePages ahead = paged && refill ? tile_pages(it + kMlaStages) : TilePages{};
+      const bool refill = issuer && it + kStages < num_tiles;
+      const TilePages ahead = paged && refill ? tile_pages(it + kStages) : TilePages{};
       p_written.wait(it);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
@@ -595,7 +643,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       stage_free.arrive(it);
       if (refill) {
         stage_free.wait(it);  // warpgroup 0's P V of tile it completed too
-        load_tile(it + kMlaStages, ahead);
+        load_tile(it + kStages, ahead);
       }
     }
   }
@@ -623,30 +671,49 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   if (staged_partials(p)) {
     // Every wgmma and TMA use of the K stages is complete (waited above).
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    float* const staging = reinterpret_cast<float*>(q_ptr + kMlaQBytes);
+    float* const staging = reinterpret_cast<float*>(q_ptr + mla_staging_offset(kShape));
     if (pairs)
-      store_pair_merged<T, kPairOut>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows, warpgroup,
-                                     warp, group, quad);
+      store_pair_merged<T, kPairOut, kHalfDv>(p, blk, o[0], stats_s, staging, stats_s + kMlaRows,
+                                              warpgroup, warp, group, quad);
     else
-      store_partial_staged(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
+      store_partial_staged<kHalfDv>(p, blk, o[0], stats_s, staging, warpgroup, warp, group, quad);
   } else {
-    const bool bad = store_rows<T>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
+    const bool bad = store_rows<T, kHalfDv>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
     if (p.num_splits == 1) decode_kernel::repair_block_rows<T>(p, blk, bad);
   }
 #endif  // FSDPA_WGMMA_ARCH
 }
 
-using MlaKernel = void (*)(DecodeParams, TileMap, TileMap, int);
+using MlaKernel = void (*)(DecodeParams, TileMap, TileMap, TileMap, int);
 
 template <typename T, int kBoxes>
 MlaKernel mla_kernel(bool list, bool pair_out) {
-  if (list) return decode_mla_kernel<T, kBoxes, true, false>;
-  return pair_out ? decode_mla_kernel<T, kBoxes, false, true>
-                  : decode_mla_kernel<T, kBoxes, false, false>;
+  if (list) return decode_mla_kernel<T, kMlaLatent, kBoxes, true, false>;
+  return pair_out ? decode_mla_kernel<T, kMlaLatent, kBoxes, false, true>
+                  : decode_mla_kernel<T, kMlaLatent, kBoxes, false, false>;
 }
 
+// The latent cache's kernel for a page size (0: dense), with or without a list.
 template <typename T>
+MlaKernel latent_kernel(int boxes, bool list, bool pair_out) {
+  switch (boxes) {
+    case 0:
+      return mla_kernel<T, 0>(list, pair_out);
+    case 1:
+      return mla_kernel<T, 1>(list, pair_out);
+    case 2:
+      return mla_kernel<T, 2>(list, pair_out);
+    case 4:
+      return mla_kernel<T, 4>(list, pair_out);
+    default:
+      throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
+                  " boxes");
+  }
+}
+
+template <typename T, int kShapeIndex>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
+  constexpr MlaShape kShape = kMlaShapes[kShapeIndex];
   const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
   // Dense k [B, Hkv, Lk, D] in 32-key boxes; a pool [pages, page_size, Hkv,
   // D] in boxes of a page's rows (at most 32).
@@ -657,6 +724,12 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
                                   static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaTileK)))
             : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
                                   kMlaTileK);
+  TileMap v_map{};
+  if constexpr (kShape.separate_v) {
+    const int64_t v_strides[3] = {p.v_strides.outer, p.v_strides.head, p.v_strides.row};
+    v_map =
+        make_swizzle128_map(p.v, p.batch, p.heads_kv, p.len_k, p.head_dim_v, v_strides, kMlaTileK);
+  }
   const int64_t blocks = decode_grid_blocks(p);
   // Split pairs merge in two-block clusters where the splits pair up and the
   // partials are staged: the combine then reads half the partials (MLA 32.1
@@ -685,26 +758,18 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
     throw Error("fsdpa: internal: the MLA kernel takes no pages of " +
                 std::to_string(p.kv.page_size) + " rows");
   MlaKernel kernel = nullptr;
-  switch (boxes) {
-    case 0:
-      kernel = mla_kernel<T, 0>(list, pair_out);
-      break;
-    case 1:
-      kernel = mla_kernel<T, 1>(list, pair_out);
-      break;
-    case 2:
-      kernel = mla_kernel<T, 2>(list, pair_out);
-      break;
-    case 4:
-      kernel = mla_kernel<T, 4>(list, pair_out);
-      break;
-    default:
-      throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
-                  " boxes");
+  if constexpr (kShape.separate_v) {
+    // The wide row: dense k and v, no list (prefill_wide_configure).
+    if (paged || list)
+      throw Error("fsdpa: internal: the wide prefill kernel takes neither pages nor a list");
+    kernel = pair_out ? decode_mla_kernel<T, kShapeIndex, 0, false, true>
+                      : decode_mla_kernel<T, kShapeIndex, 0, false, false>;
+  } else {
+    kernel = latent_kernel<T>(boxes, list, pair_out);
   }
   launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
-                               kMlaThreads, kMlaSharedBytes, stream, "decode_mla_kernel", p, k_map,
-                               q_map, q_by_tma ? 1 : 0);
+                               kMlaThreads, mla_shared_bytes(kShape), stream, "decode_mla_kernel",
+                               p, k_map, v_map, q_map, q_by_tma ? 1 : 0);
   if (p.num_splits > 1 && !pair_out) {
     DecodeParams merged = p;
     if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
@@ -717,6 +782,22 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
 // ------------------------------------------------------------ the table row
 
 namespace {
+
+// What every shape of the kernel needs of the rows and the device: TMA's
+// 16-byte rows, a 90a build and device, the shape's shared memory.
+Verdict mla_device_supports(const Problem& p, const char* kernel, MlaShape shape) {
+  if (p.row_alignment < 16)
+    return Verdict::no("rows are " + std::to_string(p.row_alignment) + "-byte aligned; " + kernel +
+                       "'s TMA loads need 16 (" +
+                       (shape.separate_v ? "q, k, v, out" : "q, k, out") + ")");
+  if (!kWgmmaKernelsBuilt)
+    return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
+  if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
+    return Verdict::no(why);
+  if (const DeviceInfo* device = planning_device(p.device.index))
+    return fits_shared_memory(kernel, mla_shared_bytes(shape), block_shared_memory(*device), p);
+  return Verdict::yes();
+}
 
 // What the MLA kernel needs, at any len_q.
 Verdict mla_kernel_supports(const Problem& p, const Options& options) {
@@ -734,16 +815,16 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
     return Verdict::other_row("page_size=" + std::to_string(p.page_size) +
                               ": the MLA kernel's TMA boxes take pages of 8, 16 or a multiple of " +
                               std::to_string(kMlaTileK) + " rows; cuda_fused_decode serves others");
-  if (p.row_alignment < 16)
-    return Verdict::no("rows are " + std::to_string(p.row_alignment) +
-                       "-byte aligned; the MLA kernel's TMA loads need 16 (q, k, out)");
-  if (!kWgmmaKernelsBuilt)
-    return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
-  if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
-    return Verdict::no(why);
-  if (const DeviceInfo* device = planning_device(p.device.index))
-    return fits_shared_memory("the MLA kernel", kMlaSharedBytes, block_shared_memory(*device), p);
-  return Verdict::yes();
+  return mla_device_supports(p, "the MLA kernel", kMlaShapes[kMlaLatent]);
+}
+
+// The wide shape (its index in kMlaShapes) that covers the head dims: the
+// first, the smallest; -1 where none does.
+int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
+  for (int i = kMlaFirstWide; i < static_cast<int>(std::size(kMlaShapes)); ++i)
+    if (head_dim_qk <= kMlaShapes[i].qk_panels * 64 && head_dim_v <= 2 * kMlaShapes[i].half_dv)
+      return i;
+  return -1;
 }
 
 }  // namespace
@@ -764,6 +845,69 @@ Verdict prefill_mla_supports(const Problem& p, const Options& options) {
   return mla_kernel_supports(p, options);
 }
 
+// Dv above 256 with v apart from k: S once for O's two column halves, where
+// the column-slice kernels compute it once a slice. The MLA kernel's loop
+// with V tiles of their own, on dense k and v.
+Verdict prefill_wide_supports(const Problem& p, const Options&) {
+  if (p.len_q <= kDecodeMaxLenQ)
+    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
+                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
+                              " is not one of f16, bf16");
+  if (p.head_dim_v <= 256)
+    return Verdict::other_row("head_dim_v=" + std::to_string(p.head_dim_v) +
+                              " is one column slice: the slice kernels compute Q K^T once");
+  if (wide_shape(p.head_dim_qk, p.head_dim_v) < 0)
+    return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
+                              ", head_dim_v=" + std::to_string(p.head_dim_v) +
+                              ": the wide kernel's shapes cover 384/384, 512/512 and 576/512");
+  if (p.page_size > 0)
+    return Verdict::other_row("a paged cache: the wide kernel reads dense k and v");
+  if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
+    return Verdict::no("len_k=" + std::to_string(p.len_k) +
+                       ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) + " exceed " +
+                       std::to_string(INT_MAX) + " (32-bit indices)");
+  return mla_device_supports(p, "the wide kernel",
+                             kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)]);
+}
+
+void prefill_wide_configure(const Problem& p, Plan& plan) {
+  const MlaShape shape = kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)];
+  // One block per multiprocessor; splits of whole tiles; no list of splits
+  // (the launch has no instance for one).
+  configure_decode_plan(p, plan,
+                        DecodeGrid{shape.qk_panels * 64, 2 * shape.half_dv, kMlaRows, kMlaTileK, 1,
+                                   kMlaTileK, false, false, false});
+  plan.loads = "TMA boxes";
+}
+
+void prefill_wide_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+  const DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows, kMlaTileK);
+  if (params.rows_per_kv_head == 0 || params.head_dim_v == 0) return;
+  const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  const bool bf16 = plan.problem.dtype == DType::BF16;
+  if (!bf16 && plan.problem.dtype != DType::F16)
+    throw Error(std::string("fsdpa: internal: the wide prefill kernel has no ") +
+                to_string(plan.problem.dtype) + " instance");
+  static_assert(std::size(kMlaShapes) == 4, "a case per wide shape below");
+  switch (wide_shape(plan.problem.head_dim_qk, plan.problem.head_dim_v)) {
+    case 1:
+      return bf16 ? launch_mla<__nv_bfloat16, 1>(params, cuda_stream)
+                  : launch_mla<__half, 1>(params, cuda_stream);
+    case 2:
+      return bf16 ? launch_mla<__nv_bfloat16, 2>(params, cuda_stream)
+                  : launch_mla<__half, 2>(params, cuda_stream);
+    case 3:
+      return bf16 ? launch_mla<__nv_bfloat16, 3>(params, cuda_stream)
+                  : launch_mla<__half, 3>(params, cuda_stream);
+    default:
+      throw Error("fsdpa: internal: no wide prefill shape covers head_dim_qk=" +
+                  std::to_string(plan.problem.head_dim_qk) +
+                  ", head_dim_v=" + std::to_string(plan.problem.head_dim_v));
+  }
+}
+
 void decode_mla_configure(const Problem& p, Plan& plan) {
   // One block per multiprocessor (its shared memory); splits of whole K tiles.
   configure_decode_plan(
@@ -781,10 +925,10 @@ void decode_mla_launch(const Plan& plan, const Tensors& t, void* workspace, void
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
   switch (plan.problem.dtype) {
     case DType::BF16:
-      launch_mla<__nv_bfloat16>(params, cuda_stream);
+      launch_mla<__nv_bfloat16, kMlaLatent>(params, cuda_stream);
       return;
     case DType::F16:
-      launch_mla<__half>(params, cuda_stream);
+      launch_mla<__half, kMlaLatent>(params, cuda_stream);
       return;
     case DType::F32:
     case DType::Bool:
