@@ -36,18 +36,18 @@ const KernelRow kTable[] = {
      "first Dv columns), bf16/f16, sm_90 only: the MLA decode kernel with 64 query positions "
      "per block (each K tile read once for S and P V), split-K where the rows leave SMs idle; "
      "rows 16-byte aligned (TMA); dense or paged as the decode row"},
+    {"cuda_fused_prefill_wide", Backend::CUDA, Path::FusedPrefill, cuda::prefill_wide_supports,
+     cuda::prefill_wide_configure, cuda::prefill_wide_launch,
+     "prefill with Dv above 256 (Dqk and Dv up to 384, or Dqk above 512), bf16/f16, sm_90 "
+     "only: the MLA kernel with V tiles of their own, 64 query positions per block, S once "
+     "for both halves of O's columns (a warpgroup each); rows 16-byte aligned (TMA), dense k "
+     "and v"},
     {"cuda_fused_prefill_hopper", Backend::CUDA, Path::FusedPrefill, cuda::prefill_hopper_supports,
      cuda::prefill_hopper_configure, cuda::prefill_hopper_launch,
      "bf16/f16, the same buckets but 576/256 (Dqk <= 512; Dv above 256 in column slices), "
      "sm_90 only: tiled online softmax on wgmma tensor cores (warpgroup MMAs from "
      "128-byte-swizzled shared memory); rows through TMA where 16-byte aligned, else staged "
      "by row bulk copies (any alignment, buckets up to 176) or cp.async pieces (4-byte rows)"},
-    {"cuda_fused_prefill_wide", Backend::CUDA, Path::FusedPrefill, cuda::prefill_wide_supports,
-     cuda::prefill_wide_configure, cuda::prefill_wide_launch,
-     "prefill with 256 < Dv <= 512 and v apart from k (Dqk <= 384 with Dv <= 384, Dqk <= 576), "
-     "bf16/f16, sm_90 only: the MLA kernel with V tiles of their own, 64 query positions per "
-     "block, S once for both halves of O's columns (a warpgroup each); rows 16-byte aligned "
-     "(TMA), dense k and v"},
     {"cuda_fused_prefill", Backend::CUDA, Path::FusedPrefill, cuda::prefill_supports,
      cuda::prefill_configure, cuda::prefill_launch,
      "bf16/f16, every Dqk <= 576, Dv <= 512 (buckets of 16 to 256, 96/64, 192/128; above 256 "

@@ -100,14 +100,15 @@ struct Case {
 };
 
 // The prefill rows that serve `dtype` with this build on device 0: the exact
-// f32 row, or the MLA and wgmma rows (sm_90, when built) and the mma.sync row.
+// f32 row, or the MLA, wide and wgmma rows (sm_90, when built) and the
+// mma.sync row.
 inline std::vector<std::string> prefill_rows(DType dtype) {
   if (dtype == DType::F32) return {"cuda_fused_prefill_f32"};
   bool hopper_built = false;
   for (const auto& pair : detail::cuda::prefill_bucket_pairs())
     hopper_built = hopper_built || pair.hopper_compiled;
   if (hopper_built && detail::cuda::device_info(0).compute_capability == 90)
-    return {"cuda_fused_prefill_mla", "cuda_fused_prefill_hopper", "cuda_fused_prefill_wide",
+    return {"cuda_fused_prefill_mla", "cuda_fused_prefill_wide", "cuda_fused_prefill_hopper",
             "cuda_fused_prefill"};
   return {"cuda_fused_prefill"};
 }

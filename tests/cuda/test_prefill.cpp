@@ -700,10 +700,18 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   EXPECT_NEAR(p.pad_ratio, slices_share_scores ? 1.0 : 1.5, 1e-12);
   EXPECT_NE(p.explain().find("512/256 x 2 column slices"), std::string::npos) << p.explain();
   EXPECT_EQ(p.workspace_bytes, 0u);
+  // Between buckets: 300/300 pads to 320 in slices of 160, or to the wide
+  // kernel's 384/384 where it runs (sm_90).
   const Plan between = plan(problem_of(300, 300), forced());
-  EXPECT_EQ(between.head_dim_qk_bucket, 320);
-  EXPECT_EQ(between.head_dim_v_bucket, 160);
-  EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
+  if (between.kernel == "cuda_fused_prefill_wide") {
+    EXPECT_EQ(between.head_dim_qk_bucket, 384);
+    EXPECT_EQ(between.head_dim_v_bucket, 384);
+    EXPECT_NEAR(between.pad_ratio, 768.0 / 600, 1e-12);
+  } else {
+    EXPECT_EQ(between.head_dim_qk_bucket, 320);
+    EXPECT_EQ(between.head_dim_v_bucket, 160);
+    EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
+  }
   if (compiled_exactly(576, 256) && detail::cuda::block_shared_memory(detail::cuda::device_info(
                                         0)) >= detail::cuda::kSm90SharedBytes) {
     // 576/512 without MLA's aliasing: the wide kernel where the wgmma rows
@@ -759,41 +767,43 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
 }
 
 // The wide row (the MLA kernel with V tiles of its own) takes prefill with
-// Dv above 256 in the smallest shape that covers the head dims, and names
-// what it declines.
+// Dv above 256 where it measured faster than the column slices (Dqk and Dv
+// up to 384, Dqk above 512), and names what it declines.
 TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   auto verdict = [](const Problem& p) { return detail::cuda::prefill_wide_supports(p, {}); };
-  Problem p = problem_of(512, 512);
+  Problem p = problem_of(576, 512);
   p.len_q = detail::cuda::kDecodeMaxLenQ;
   EXPECT_EQ(verdict(p).reason, "len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
                                    std::to_string(p.len_q) + " (decode family)");
   EXPECT_TRUE(verdict(p).routed);
-  p = problem_of(512, 512);
+  p = problem_of(576, 512);
   p.dtype = DType::F32;
   EXPECT_EQ(verdict(p).reason, "dtype f32 is not one of f16, bf16");
   p = problem_of(576, 256);
   EXPECT_EQ(verdict(p).reason,
             "head_dim_v=256 is one column slice: the slice kernels compute Q K^T once");
-  p = problem_of(640, 512);  // past what a valid problem holds: no shape covers it
+  p = problem_of(512, 512);
   EXPECT_EQ(verdict(p).reason,
-            "head_dim_qk=640, head_dim_v=512: the wide kernel's shapes cover 384/384, 512/512 "
-            "and 576/512");
-  p = problem_of(512, 512);
+            "head_dim_qk=512, head_dim_v=512: the wide kernel serves Dqk and Dv up to 384 and Dqk "
+            "above 512; between, the wgmma kernel's column slices measured faster");
+  EXPECT_TRUE(verdict(p).routed);
+  p = problem_of(576, 512);
   p.page_size = 16;
-  EXPECT_EQ(verdict(p).reason, "a paged cache: the wide kernel reads dense k and v");
-  p = problem_of(512, 512);
+  EXPECT_EQ(verdict(p).reason,
+            "a paged KV cache (page_size=16) runs the decode kernels only (len_q up to their "
+            "limit; MLA's layout at any len_q)");
+  p = problem_of(576, 512);
   p.len_k = int64_t{1} << 31;
   EXPECT_EQ(verdict(p).reason, "len_k=2147483648, rows=32768 exceed 2147483647 (32-bit indices)");
-  p = problem_of(512, 512);
+  p = problem_of(384, 384);
   p.row_alignment = 8;
   EXPECT_EQ(verdict(p).reason,
             "rows are 8-byte aligned; the wide kernel's TMA loads need 16 (q, k, v, out)");
-  // The smallest shape that covers: 300/300 and 384/320 take 384/384, 440/440
-  // and 512/300 512/512.
-  const std::pair<int64_t, int64_t> dims[][2] = {{{300, 300}, {384, 384}},
+  // The shapes: 384/384 up to 384, 576/512 above Dqk 512.
+  const std::pair<int64_t, int64_t> dims[][2] = {{{288, 288}, {384, 384}},
                                                  {{384, 320}, {384, 384}},
-                                                 {{440, 440}, {512, 512}},
-                                                 {{512, 300}, {512, 512}},
+                                                 {{100, 300}, {384, 384}},
+                                                 {{520, 300}, {576, 512}},
                                                  {{576, 512}, {576, 512}}};
   for (const auto& [problem_dims, buckets] : dims) {
     Plan wide;

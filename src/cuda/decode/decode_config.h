@@ -407,15 +407,15 @@ struct MlaShape {
 // The compiled shapes (the kernel's template argument is an index here).
 // First the latent cache's: 4 stages of 32 keys measured faster than 2 x 64
 // (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
-// is issued three tiles ahead instead of one. Then the wide prefill row's,
-// smallest first (a problem takes the first that covers its head dims):
-// 384/384, 512/512 and 576/512, as many stages as fit beside Q.
-inline constexpr MlaShape kMlaShapes[] = {{kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4},
-                                          {6, 192, true, 3},
-                                          {8, 256, true, 2},
-                                          {9, 256, true, 2}};
-inline constexpr int kMlaLatent = 0;     // index of the latent cache's shape
-inline constexpr int kMlaFirstWide = 1;  // the wide row's: from here to the end
+// is issued three tiles ahead instead of one. Then the wide prefill row's
+// (decode_mla.cu: wide_shape), as many stages as fit beside Q: 384/384 and
+// 576/512. No 512/512: there the wgmma kernel's column slices measured
+// faster (bench/NOTES.md, session 44).
+inline constexpr MlaShape kMlaShapes[] = {
+    {kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4}, {6, 192, true, 3}, {9, 256, true, 2}};
+inline constexpr int kMlaLatent = 0;  // the shapes' indices
+inline constexpr int kMlaWide384 = 1;
+inline constexpr int kMlaWide576 = 2;
 // The TMA boxes, of one page's rows each, in which a K tile arrives from a
 // page pool of `page_size` rows: 4 (pages of 8), 2 (16), 1 (a multiple of
 // kMlaTileK); 0 for other page sizes, which the kernel does not take (a tile
@@ -444,7 +444,8 @@ constexpr size_t mla_shared_bytes(MlaShape s) {
 constexpr bool mla_shapes_fit() {
   for (const MlaShape& s : kMlaShapes)
     if (mla_shared_bytes(s) > 227 * 1024 || s.half_dv % 64 != 0 || s.stages < 2) return false;
-  return !kMlaShapes[kMlaLatent].separate_v && kMlaShapes[kMlaFirstWide].separate_v;
+  return !kMlaShapes[kMlaLatent].separate_v && kMlaShapes[kMlaWide384].separate_v &&
+         kMlaShapes[kMlaWide576].separate_v;
 }
 static_assert(mla_shapes_fit(), "every shape fits the H100/H200 opt-in limit, whole panels");
 static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&

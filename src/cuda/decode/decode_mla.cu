@@ -33,7 +33,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <iterator>
 #include <string>
 
 #include "core/kv_cache.h"
@@ -818,12 +817,18 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
   return mla_device_supports(p, "the MLA kernel", kMlaShapes[kMlaLatent]);
 }
 
-// The wide shape (its index in kMlaShapes) that covers the head dims: the
-// first, the smallest; -1 where none does.
+// The wide shape (its index in kMlaShapes) that serves the head dims, or -1:
+// 384/384 up to Dqk = Dv = 384 (288 and 320 included: 1.1x the column slices
+// there too), 576/512 above Dqk 512. Between, the wgmma kernel's column
+// slices measured faster (512/512 on an H100: 396 TFLOP/s against 329 with
+// 8 panels of K; bench/NOTES.md, session 44).
 int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
-  for (int i = kMlaFirstWide; i < static_cast<int>(std::size(kMlaShapes)); ++i)
-    if (head_dim_qk <= kMlaShapes[i].qk_panels * 64 && head_dim_v <= 2 * kMlaShapes[i].half_dv)
-      return i;
+  const auto covers = [&](int shape) {
+    return head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
+           head_dim_v <= 2 * kMlaShapes[shape].half_dv;
+  };
+  if (covers(kMlaWide384)) return kMlaWide384;
+  if (head_dim_qk > 512 && covers(kMlaWide576)) return kMlaWide576;
   return -1;
 }
 
@@ -859,11 +864,12 @@ Verdict prefill_wide_supports(const Problem& p, const Options&) {
     return Verdict::other_row("head_dim_v=" + std::to_string(p.head_dim_v) +
                               " is one column slice: the slice kernels compute Q K^T once");
   if (wide_shape(p.head_dim_qk, p.head_dim_v) < 0)
-    return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
-                              ", head_dim_v=" + std::to_string(p.head_dim_v) +
-                              ": the wide kernel's shapes cover 384/384, 512/512 and 576/512");
-  if (p.page_size > 0)
-    return Verdict::other_row("a paged cache: the wide kernel reads dense k and v");
+    return Verdict::other_row(
+        "head_dim_qk=" + std::to_string(p.head_dim_qk) +
+        ", head_dim_v=" + std::to_string(p.head_dim_v) +
+        ": the wide kernel serves Dqk and Dv up to 384 and Dqk above 512; between, the wgmma "
+        "kernel's column slices measured faster");
+  if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
     return Verdict::no("len_k=" + std::to_string(p.len_k) +
                        ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) + " exceed " +
@@ -890,17 +896,13 @@ void prefill_wide_launch(const Plan& plan, const Tensors& t, void* workspace, vo
   if (!bf16 && plan.problem.dtype != DType::F16)
     throw Error(std::string("fsdpa: internal: the wide prefill kernel has no ") +
                 to_string(plan.problem.dtype) + " instance");
-  static_assert(std::size(kMlaShapes) == 4, "a case per wide shape below");
   switch (wide_shape(plan.problem.head_dim_qk, plan.problem.head_dim_v)) {
-    case 1:
-      return bf16 ? launch_mla<__nv_bfloat16, 1>(params, cuda_stream)
-                  : launch_mla<__half, 1>(params, cuda_stream);
-    case 2:
-      return bf16 ? launch_mla<__nv_bfloat16, 2>(params, cuda_stream)
-                  : launch_mla<__half, 2>(params, cuda_stream);
-    case 3:
-      return bf16 ? launch_mla<__nv_bfloat16, 3>(params, cuda_stream)
-                  : launch_mla<__half, 3>(params, cuda_stream);
+    case kMlaWide384:
+      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide384>(params, cuda_stream)
+                  : launch_mla<__half, kMlaWide384>(params, cuda_stream);
+    case kMlaWide576:
+      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide576>(params, cuda_stream)
+                  : launch_mla<__half, kMlaWide576>(params, cuda_stream);
     default:
       throw Error("fsdpa: internal: no wide prefill shape covers head_dim_qk=" +
                   std::to_string(plan.problem.head_dim_qk) +
