@@ -700,18 +700,10 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   EXPECT_NEAR(p.pad_ratio, slices_share_scores ? 1.0 : 1.5, 1e-12);
   EXPECT_NE(p.explain().find("512/256 x 2 column slices"), std::string::npos) << p.explain();
   EXPECT_EQ(p.workspace_bytes, 0u);
-  // Between buckets: 300/300 pads to 320 in slices of 160, or to the wide
-  // kernel's 384/384 where it runs (sm_90).
   const Plan between = plan(problem_of(300, 300), forced());
-  if (between.kernel == "cuda_fused_prefill_wide") {
-    EXPECT_EQ(between.head_dim_qk_bucket, 384);
-    EXPECT_EQ(between.head_dim_v_bucket, 384);
-    EXPECT_NEAR(between.pad_ratio, 768.0 / 600, 1e-12);
-  } else {
-    EXPECT_EQ(between.head_dim_qk_bucket, 320);
-    EXPECT_EQ(between.head_dim_v_bucket, 160);
-    EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
-  }
+  EXPECT_EQ(between.head_dim_qk_bucket, 320);
+  EXPECT_EQ(between.head_dim_v_bucket, 160);
+  EXPECT_NEAR(between.pad_ratio, (slices_share_scores ? 640.0 : 960.0) / 600, 1e-12);
   if (compiled_exactly(576, 256) && detail::cuda::block_shared_memory(detail::cuda::device_info(
                                         0)) >= detail::cuda::kSm90SharedBytes) {
     // 576/512 without MLA's aliasing: the wide kernel where the wgmma rows
@@ -767,8 +759,8 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
 }
 
 // The wide row (the MLA kernel with V tiles of its own) takes prefill with
-// Dv above 256 where it measured faster than the column slices (Dqk and Dv
-// up to 384, Dqk above 512), and names what it declines.
+// Dv above 256 where it measured faster than the column slices (Dqk
+// 321..384, Dqk above 512), and names what it declines.
 TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   auto verdict = [](const Problem& p) { return detail::cuda::prefill_wide_supports(p, {}); };
   Problem p = problem_of(576, 512);
@@ -784,8 +776,10 @@ TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
             "head_dim_v=256 is one column slice: the slice kernels compute Q K^T once");
   p = problem_of(512, 512);
   EXPECT_EQ(verdict(p).reason,
-            "head_dim_qk=512, head_dim_v=512: the wide kernel serves Dqk and Dv up to 384 and Dqk "
-            "above 512; between, the wgmma kernel's column slices measured faster");
+            "head_dim_qk=512, head_dim_v=512: the wide kernel serves Dqk 321..384 with Dv up to "
+            "384, and Dqk above 512; elsewhere the wgmma kernel's column slices measured faster");
+  p = problem_of(288, 288);
+  EXPECT_FALSE(verdict(p).ok);
   EXPECT_TRUE(verdict(p).routed);
   p = problem_of(576, 512);
   p.page_size = 16;
@@ -799,10 +793,10 @@ TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   p.row_alignment = 8;
   EXPECT_EQ(verdict(p).reason,
             "rows are 8-byte aligned; the wide kernel's TMA loads need 16 (q, k, v, out)");
-  // The shapes: 384/384 up to 384, 576/512 above Dqk 512.
-  const std::pair<int64_t, int64_t> dims[][2] = {{{288, 288}, {384, 384}},
+  // The shapes: 384/384 for Dqk 321..384, 576/512 above Dqk 512.
+  const std::pair<int64_t, int64_t> dims[][2] = {{{330, 330}, {384, 384}},
                                                  {{384, 320}, {384, 384}},
-                                                 {{100, 300}, {384, 384}},
+                                                 {{384, 384}, {384, 384}},
                                                  {{520, 300}, {576, 512}},
                                                  {{576, 512}, {576, 512}}};
   for (const auto& [problem_dims, buckets] : dims) {

@@ -409,8 +409,8 @@ struct MlaShape {
 // (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
 // is issued three tiles ahead instead of one. Then the wide prefill row's
 // (decode_mla.cu: wide_shape), as many stages as fit beside Q: 384/384 and
-// 576/512. No 512/512: there the wgmma kernel's column slices measured
-// faster (bench/NOTES.md, session 44).
+// 576/512. No 512/512 (nor 288 and 320 on the 384 shape): there the wgmma
+// kernel's column slices measured faster (bench/NOTES.md, session 44).
 inline constexpr MlaShape kMlaShapes[] = {
     {kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4}, {6, 192, true, 3}, {9, 256, true, 2}};
 inline constexpr int kMlaLatent = 0;  // the shapes' indices

@@ -818,16 +818,17 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
 }
 
 // The wide shape (its index in kMlaShapes) that serves the head dims, or -1:
-// 384/384 up to Dqk = Dv = 384 (288 and 320 included: 1.1x the column slices
-// there too), 576/512 above Dqk 512. Between, the wgmma kernel's column
-// slices measured faster (512/512 on an H100: 396 TFLOP/s against 329 with
-// 8 panels of K; bench/NOTES.md, session 44).
+// 384/384 for Dqk 321..384 (Dv up to 384), 576/512 above Dqk 512. Elsewhere
+// the wgmma kernel's column slices measured faster, in their own buckets (on
+// an H100, B1 H16/8 L8192: 288 460 TFLOP/s and 320 484 against the wide
+// kernel's 309 and 343; 512/512 396 against 329 with 8 panels of K), while
+// 384/384 ran 1.11x theirs (411 against 371; bench/NOTES.md, session 44).
 int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
   const auto covers = [&](int shape) {
     return head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
            head_dim_v <= 2 * kMlaShapes[shape].half_dv;
   };
-  if (covers(kMlaWide384)) return kMlaWide384;
+  if (head_dim_qk > 320 && covers(kMlaWide384)) return kMlaWide384;
   if (head_dim_qk > 512 && covers(kMlaWide576)) return kMlaWide576;
   return -1;
 }
@@ -867,8 +868,8 @@ Verdict prefill_wide_supports(const Problem& p, const Options&) {
     return Verdict::other_row(
         "head_dim_qk=" + std::to_string(p.head_dim_qk) +
         ", head_dim_v=" + std::to_string(p.head_dim_v) +
-        ": the wide kernel serves Dqk and Dv up to 384 and Dqk above 512; between, the wgmma "
-        "kernel's column slices measured faster");
+        ": the wide kernel serves Dqk 321..384 with Dv up to 384, and Dqk above 512; elsewhere "
+        "the wgmma kernel's column slices measured faster");
   if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
     return Verdict::no("len_k=" + std::to_string(p.len_k) +
