@@ -26,9 +26,9 @@ Verdict decode_mla_supports(const Problem& problem, const Options& options);
 Verdict prefill_mla_supports(const Problem& problem, const Options& options);
 void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
-// The same kernel with V tiles of its own: prefill with Dv above 256 and v
-// apart from k (384/384, 512/512, 576/512), S once for both of O's column
-// halves.
+// The same kernel with V tiles of its own: prefill with Dv above 256 where
+// computing S once for both of O's column halves measured faster than the
+// column slices (Dqk 321..384, and above 512).
 Verdict prefill_wide_supports(const Problem& problem, const Options& options);
 void prefill_wide_configure(const Problem& problem, Plan& plan);
 void prefill_wide_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);

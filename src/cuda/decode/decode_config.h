@@ -387,8 +387,8 @@ constexpr DecodeBlockShape decode_block_shape(int elem_bytes, int dqk, int dv, i
 // O += P V, each for 256 of the 512 output columns (64 x 256 f32 is 128
 // registers a thread; 64 x 512 would not fit one warpgroup). The same
 // kernel with V tiles of their own serves the wide prefill row: Dv above
-// 256 with v apart from k, S computed once for both column halves where the
-// column-slice kernels compute it once a slice.
+// 256, S computed once for both column halves where the column-slice
+// kernels compute it once a slice.
 inline constexpr int kMlaHeadDimQk = 576;
 inline constexpr int kMlaHeadDimV = 512;
 inline constexpr int kMlaRows = 64;      // packed query rows per block

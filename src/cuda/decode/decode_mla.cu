@@ -199,9 +199,10 @@ __device__ __forceinline__ bool store_rows(const DecodeParams& p,
 }
 
 // Several splits, when the partial rows take 16-byte vectors: the split's
-// unnormalized rows go through shared memory (`staging`: the free stages,
-// mla_staging_offset) and leave as whole rows, each warp storing 512 contiguous bytes
-// at a time. A block's packed rows are consecutive rows of the partials.
+// unnormalized rows go through shared memory (`staging`, at
+// mla_staging_offset) and leave as whole rows, each warp storing 512
+// contiguous bytes at a time. A block's packed rows are consecutive rows of
+// the partials.
 // (Stored from the accumulator layout, each instruction wrote 8-byte pieces
 // of 8 rows: ~5 us for the 16.8 MB of all blocks at once.)
 // A warpgroup's accumulators into its columns of the staged rows.
