@@ -4,7 +4,8 @@ fsdpa unfused, PyTorch SDPA backends (flash, efficient, cudnn, math) and
 FlexAttention, for the prefill rows of the anchors (the libraries to beat, measured on the H200) (non-causal and causal)
 and the long-context chunk rows. --large runs the head dims above 256
 instead (288..576/512 at L=8192 and as Lq=2048 chunks of 32k and 128k keys,
-576/512 with v a view of k, torch's backends given K/V repeated to Hq) and
+576/512 with v a view of k and apart from it, torch's backends given K/V
+repeated to Hq) and
 the soft cap at the gemma2-9b shape.
 
 Reports TFLOP/s (causal counts half), the ratio of fsdpa fused to each
@@ -301,6 +302,8 @@ def main():
         for causal in (False, True):
             shapes += [((1, 16, 8, 8192, 8192, d, d), causal, gqa) for d in (288, 320, 384, 512)]
             shapes += [((1, 16, 1, 8192, 8192, 576, 512), causal, mla)]
+            # 576/512 with v apart from k (the wide row; no model has it).
+            shapes += [((1, 16, 8, 8192, 8192, 576, 512), causal, gqa)]
         # The chunk rows: non-causal (bottom-right causal at Lk >> Lq is ~all
         # of the work; torch's is_causal would be top-left there).
         for lk in (32768, 131072):
