@@ -240,6 +240,37 @@ std::vector<Case> awkward_cases() {
       ++k;
     }
   }
+  // The wide row (the MLA kernel with V tiles of its own) where the cases
+  // above do not take it: Q by TMA (Lq = 64 and 32: a box of 64 / Lq heads),
+  // the causal grid's late rows first (Lq a multiple of 64), few rows on
+  // many keys (key splits and split pairs), 330/330 padded into the 384
+  // shape, a window and a mask, the soft cap with sinks.
+  {
+    struct Wide {
+      int64_t qk, dv, heads_q, heads_kv, len_q, len_k;
+      bool causal;
+    };
+    const Wide wide[] = {{384, 384, 4, 2, 64, 300, true},   {576, 512, 8, 4, 32, 130, false},
+                         {330, 330, 2, 1, 128, 700, true},  {576, 512, 2, 2, 40, 3000, false},
+                         {384, 300, 4, 4, 100, 900, false}, {520, 400, 2, 1, 192, 500, true}};
+    int k = 0;
+    for (const Wide& w : wide) {
+      Case c;
+      c.head_dim_qk = w.qk;
+      c.head_dim_v = w.dv;
+      c.heads_q = w.heads_q;
+      c.heads_kv = w.heads_kv;
+      c.len_q = w.len_q;
+      c.len_k = w.len_k;
+      c.causal = w.causal;
+      c.dtype = k % 2 ? DType::F16 : DType::BF16;
+      if (k == 3) c.window = 200;
+      if (k == 4) c.mask = MaskKind::Additive, c.mask_dtype = DType::F16;
+      if (k == 5) c.softcap = 30.0, c.sinks = true;
+      cases.push_back(c);
+      ++k;
+    }
+  }
   // Layouts: contiguous BHSD/BSHD where aligned, K/V interleaved in one buffer.
   for (Layout layout : {Layout::BHSD, Layout::BSHD, Layout::Interleaved}) {
     Case c;
