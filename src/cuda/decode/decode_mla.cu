@@ -27,6 +27,11 @@
 // number of splits the blocks run as two-block clusters of adjacent splits
 // of one row chunk, and each pair leaves one partial, merged through
 // distributed shared memory.
+//
+// The same kernel serves the wide prefill row (cuda_fused_prefill_wide): Dv
+// above 256 with V tiles of their own, landing beside each K tile in its
+// stage (MlaShape::separate_v), at 384/384 and 576/512 (kMlaShapes), so that
+// S is computed once for both halves of O's columns.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -381,7 +386,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   constexpr size_t kPOffset = kQBytes + kStages * kStageBytes;
   uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + kPOffset);
   float2* const correction_s = reinterpret_cast<float2*>(q_ptr + kPOffset + kMlaPBytes);
-  // Barriers: K stage full (one arrival + the copy's bytes), K stage free
+  // Barriers: K stage full (one arrival + the copy's bytes: the K tile's, and
+  // the V tile's where V is apart), K stage free
   // (all 256 threads, once their P V of the stage's tile completed), P
   // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
   // arrival + Q's bytes, when Q comes by TMA). Tile t is use t of each ring
