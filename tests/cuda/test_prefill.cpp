@@ -819,7 +819,9 @@ TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
             "limit; MLA's layout at any len_q)");
   p = problem_of(576, 512);
   p.len_k = int64_t{1} << 31;
-  EXPECT_EQ(verdict(p).reason, "len_k=2147483648, rows=32768 exceed 2147483647 (32-bit indices)");
+  EXPECT_EQ(verdict(p).reason,
+            "len_k=2147483648, page_size=0, num_pages=0, rows=32768 exceed the decode limit "
+            "2147483647 (32-bit indices)");
   p = problem_of(384, 384);
   p.row_alignment = 8;
   EXPECT_EQ(verdict(p).reason,

@@ -144,6 +144,16 @@ Verdict decode_supports(const Problem& p, const Options& options) {
   return decode_kernel_supports(p, options);
 }
 
+Verdict decode_index_limits(const Problem& p) {
+  if (p.len_k > INT_MAX || p.page_size > INT_MAX || p.num_pages > INT_MAX ||
+      p.batch * p.heads_q * p.len_q > INT_MAX)
+    return Verdict::no("len_k=" + std::to_string(p.len_k) + ", page_size=" +
+                       std::to_string(p.page_size) + ", num_pages=" + std::to_string(p.num_pages) +
+                       ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +
+                       " exceed the decode limit " + std::to_string(INT_MAX) + " (32-bit indices)");
+  return Verdict::yes();
+}
+
 Verdict decode_kernel_supports(const Problem& p, const Options&) {
   if (p.head_dim_qk > kDecodeMaxHeadDimQk)
     return Verdict::no("head_dim_qk=" + std::to_string(p.head_dim_qk) +
@@ -162,12 +172,7 @@ Verdict decode_kernel_supports(const Problem& p, const Options&) {
     return Verdict::no("rows are " + std::to_string(p.row_alignment) + "-byte aligned, below the " +
                        std::to_string(element_size(p.dtype)) +
                        "-byte elements the kernels load whole");
-  if (p.len_k > INT_MAX || p.page_size > INT_MAX || p.num_pages > INT_MAX ||
-      p.batch * p.heads_q * p.len_q > INT_MAX)
-    return Verdict::no("len_k=" + std::to_string(p.len_k) + ", page_size=" +
-                       std::to_string(p.page_size) + ", num_pages=" + std::to_string(p.num_pages) +
-                       ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) +
-                       " exceed the decode limit " + std::to_string(INT_MAX) + " (32-bit indices)");
+  if (Verdict indices = decode_index_limits(p); !indices.ok) return indices;
   if (find_bucket(p.head_dim_qk, p.head_dim_v) == nullptr)
     return Verdict::no(
         "no compiled decode bucket covers head_dim_qk=" + std::to_string(p.head_dim_qk) +

@@ -9,6 +9,9 @@ Verdict decode_supports(const Problem& problem, const Options& options);
 // decode_supports without the decode limit on len_q: what the decode kernels
 // themselves need (the MLA kernel also serves long query runs).
 Verdict decode_kernel_supports(const Problem& problem, const Options& options);
+// The decode kernels' 32-bit indices: keys, pages and packed rows within
+// INT_MAX (decode_kernel_supports and the wide row ask it).
+Verdict decode_index_limits(const Problem& problem);
 // Whether a block of the bucket's split kernel for the problem's dtype fits
 // `shared_bytes_per_block` (the device's opt-in limit): the tilings are
 // sized for the H200's 227 KB, and GPUs with 99 KB (sm_86, sm_89) cannot
@@ -28,7 +31,8 @@ void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 // The same kernel with V tiles of its own: prefill with Dv above 256 where
 // computing S once for both of O's column halves measured faster than the
-// column slices (Dqk 321..384, and above 512).
+// column slices (Dqk 321..384, and above 512). The plan carries the
+// instance (shape and dtype); the launch does not look it up again.
 Verdict prefill_wide_supports(const Problem& problem, const Options& options);
 void prefill_wide_configure(const Problem& problem, Plan& plan);
 void prefill_wide_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);

@@ -36,7 +36,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -840,6 +839,23 @@ int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
   return -1;
 }
 
+// The launch of a wide shape's instance for a dtype.
+using WideLaunch = void (*)(const DecodeParams&, cudaStream_t);
+WideLaunch wide_launch(DType dtype, int shape) {
+  const bool bf16 = dtype == DType::BF16;
+  if (!bf16 && dtype != DType::F16)
+    throw Error(std::string("fsdpa: internal: the wide prefill kernel has no ") + to_string(dtype) +
+                " instance");
+  switch (shape) {
+    case kMlaWide384:
+      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide384> : launch_mla<__half, kMlaWide384>;
+    case kMlaWide576:
+      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide576> : launch_mla<__half, kMlaWide576>;
+    default:
+      throw Error("fsdpa: internal: no wide prefill shape " + std::to_string(shape));
+  }
+}
+
 }  // namespace
 
 Verdict decode_mla_supports(const Problem& p, const Options& options) {
@@ -858,9 +874,9 @@ Verdict prefill_mla_supports(const Problem& p, const Options& options) {
   return mla_kernel_supports(p, options);
 }
 
-// Dv above 256 with v apart from k: S once for O's two column halves, where
-// the column-slice kernels compute it once a slice. The MLA kernel's loop
-// with V tiles of their own, on dense k and v.
+// Dv above 256: S once for O's two column halves, where the column-slice
+// kernels compute it once a slice. The MLA kernel's loop with V tiles of
+// their own, on dense k and v.
 Verdict prefill_wide_supports(const Problem& p, const Options&) {
   if (p.len_q <= kDecodeMaxLenQ)
     return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
@@ -878,44 +894,35 @@ Verdict prefill_wide_supports(const Problem& p, const Options&) {
         ": the wide kernel serves Dqk 321..384 with Dv up to 384, and Dqk above 512; elsewhere "
         "the wgmma kernel's column slices measured faster");
   if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
-  if (p.len_k > INT_MAX || p.batch * p.heads_q * p.len_q > INT_MAX)
-    return Verdict::no("len_k=" + std::to_string(p.len_k) +
-                       ", rows=" + std::to_string(p.batch * p.heads_q * p.len_q) + " exceed " +
-                       std::to_string(INT_MAX) + " (32-bit indices)");
+  if (Verdict indices = decode_index_limits(p); !indices.ok) return indices;
   return mla_device_supports(p, "the wide kernel",
                              kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)]);
 }
 
 void prefill_wide_configure(const Problem& p, Plan& plan) {
-  const MlaShape shape = kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)];
+  const int shape = wide_shape(p.head_dim_qk, p.head_dim_v);
+  if (shape < 0) throw Error("fsdpa: internal: prefill_wide_configure without a wide shape");
   // One block per multiprocessor; splits of whole tiles; no list of splits
   // (the launch has no instance for one).
   configure_decode_plan(p, plan,
-                        DecodeGrid{shape.qk_panels * 64, 2 * shape.half_dv, kMlaRows, kMlaTileK, 1,
-                                   kMlaTileK, false, false, false});
+                        DecodeGrid{.head_dim_qk_bucket = kMlaShapes[shape].qk_panels * 64,
+                                   .head_dim_v_bucket = 2 * kMlaShapes[shape].half_dv,
+                                   .rows = kMlaRows,
+                                   .keys = kMlaTileK,
+                                   .blocks_per_sm = 1,
+                                   .split_keys_multiple = kMlaTileK,
+                                   .cluster_merge = false,
+                                   .split_list = false});
   plan.loads = "TMA boxes";
+  plan.instance = reinterpret_cast<void (*)()>(wide_launch(p.dtype, shape));
 }
 
 void prefill_wide_launch(const Plan& plan, const Tensors& t, void* workspace, void* stream) {
+  const auto launch = reinterpret_cast<WideLaunch>(plan.instance);
+  if (launch == nullptr) throw Error("fsdpa: internal: a wide prefill plan without its instance");
   const DecodeParams params = make_decode_params(plan, t, workspace, kMlaRows, kMlaTileK);
   if (params.rows_per_kv_head == 0 || params.head_dim_v == 0) return;
-  const auto cuda_stream = static_cast<cudaStream_t>(stream);
-  const bool bf16 = plan.problem.dtype == DType::BF16;
-  if (!bf16 && plan.problem.dtype != DType::F16)
-    throw Error(std::string("fsdpa: internal: the wide prefill kernel has no ") +
-                to_string(plan.problem.dtype) + " instance");
-  switch (wide_shape(plan.problem.head_dim_qk, plan.problem.head_dim_v)) {
-    case kMlaWide384:
-      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide384>(params, cuda_stream)
-                  : launch_mla<__half, kMlaWide384>(params, cuda_stream);
-    case kMlaWide576:
-      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide576>(params, cuda_stream)
-                  : launch_mla<__half, kMlaWide576>(params, cuda_stream);
-    default:
-      throw Error("fsdpa: internal: no wide prefill shape covers head_dim_qk=" +
-                  std::to_string(plan.problem.head_dim_qk) +
-                  ", head_dim_v=" + std::to_string(plan.problem.head_dim_v));
-  }
+  launch(params, static_cast<cudaStream_t>(stream));
 }
 
 void decode_mla_configure(const Problem& p, Plan& plan) {
