@@ -428,8 +428,8 @@ constexpr int mla_tile_boxes(int64_t page_size) {
 // where V is apart), in 64-column panels of 128-byte rows; P of a tile as
 // warpgroup 0's register fragments (k-steps x 4 registers x 128 threads),
 // its rescale factors (one float2 a thread), mbarriers (per stage: full,
-// free; P written, P read; Q in); plus 1 KB to align the panels to 1024
-// bytes.
+// free, and V full where V is apart; P written, P read; Q in); plus 1 KB to
+// align the panels to 1024 bytes.
 constexpr size_t mla_q_bytes(MlaShape s) { return size_t{kMlaRows} * s.qk_panels * 128; }
 constexpr size_t mla_k_tile_bytes(MlaShape s) { return size_t{kMlaTileK} * s.qk_panels * 128; }
 constexpr size_t mla_stage_bytes(MlaShape s) {
@@ -439,7 +439,7 @@ inline constexpr size_t kMlaPBytes = size_t{kMlaTileK / 16} * 4 * 128 * 4;
 inline constexpr size_t kMlaCorrectionBytes = size_t{128} * 8;
 constexpr size_t mla_shared_bytes(MlaShape s) {
   return 1024 + mla_q_bytes(s) + s.stages * mla_stage_bytes(s) + kMlaPBytes + kMlaCorrectionBytes +
-         (2 * size_t(s.stages) + 3) * 8;
+         ((s.separate_v ? 3 : 2) * size_t(s.stages) + 3) * 8;
 }
 constexpr bool mla_shapes_fit() {
   for (const MlaShape& s : kMlaShapes)

@@ -389,14 +389,17 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   // the V tile's where V is apart), K stage free
   // (all 256 threads, once their P V of the stage's tile completed), P
   // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
-  // arrival + Q's bytes, when Q comes by TMA). Tile t is use t of each ring
-  // (the stage rings' stage t % stages; the P barriers' t-th phase).
+  // arrival + Q's bytes, when Q comes by TMA); where V is apart, V's tile
+  // full (`full` then holds K's alone, whose slot is refilled once S of its
+  // tile completed; `stage_free` frees V's slot). Tile t is use t of each
+  // ring (the stage rings' stage t % stages; the P barriers' t-th phase).
   using StageRing = StageBarriers<kStages>;
   const uint32_t barriers = shared_address(correction_s + 128);
   const StageRing full(barriers), stage_free(barriers + StageRing::kBytes);
   const StageBarriers<1> p_written(barriers + 2 * StageRing::kBytes),
       p_read(barriers + 2 * StageRing::kBytes + 8);
   const uint32_t q_full = barriers + 2 * StageRing::kBytes + 16;
+  const StageRing v_full(barriers + 2 * StageRing::kBytes + 24);
 
   // Through a shuffle, so that ptxas knows the warpgroup is the same in every
   // lane of a warp: branches on it are then uniform, and the wgmma
@@ -460,23 +463,27 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   };
 
   // Tile t: keys [first_key + 32 t, +32) into stage t % stages, all of K's
-  // panels (and V's, where apart); keys past the tensor's (or page's) end and
-  // columns past the head dim arrive as zeros.
+  // panels; keys past the tensor's (or page's) end and columns past the head
+  // dim arrive as zeros. Where V is apart, load_v brings V's panels beside
+  // them (on v_full).
+  auto load_v = [&](int tile) {
+    const uint32_t stage = shared_k + tile % kStages * kStageBytes;
+    barrier_expect_bytes(v_full.at(tile), kStageBytes - kKTileBytes);
+#pragma unroll
+    for (int panel = 0; panel < kVPanels; ++panel)
+      tma_load_4d(stage + kKTileBytes + panel * kKPanelBytes, &v_map.map, v_full.at(tile),
+                  panel * 64, first_key + tile * kMlaTileK, blk.kv_head * v_map.head_step,
+                  blk.batch * v_map.batch_step);
+  };
   auto load_tile = [&](int tile, const TilePages& pages) {
     const uint32_t stage = shared_k + tile % kStages * kStageBytes;
-    barrier_expect_bytes(full.at(tile), kStageBytes);
+    barrier_expect_bytes(full.at(tile), kKTileBytes);
     if constexpr (!paged) {
       const int key = first_key + tile * kMlaTileK;
 #pragma unroll
       for (int panel = 0; panel < kPanels; ++panel)
         tma_load_4d(stage + panel * kKPanelBytes, &k_map.map, full.at(tile), panel * 64, key,
                     blk.kv_head * k_map.head_step, blk.batch * k_map.batch_step);
-      if constexpr (kSeparateV) {
-#pragma unroll
-        for (int panel = 0; panel < kVPanels; ++panel)
-          tma_load_4d(stage + kKTileBytes + panel * kKPanelBytes, &v_map.map, full.at(tile),
-                      panel * 64, key, blk.kv_head * v_map.head_step, blk.batch * v_map.batch_step);
-      }
     } else {
 #pragma unroll
       for (int box = 0; box < kTileBoxes; ++box) {
@@ -488,9 +495,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       }
     }
   };
-  auto load_tile_now = [&](int tile) { load_tile(tile, paged ? tile_pages(tile) : TilePages{}); };
+  auto load_tile_now = [&](int tile) {
+    load_tile(tile, paged ? tile_pages(tile) : TilePages{});
+    if constexpr (kSeparateV) load_v(tile);
+  };
   if (issuer) {
     full.init(1);
+    if constexpr (kSeparateV) v_full.init(1);
     stage_free.init(kMlaThreads);
     p_written.init(128);
     p_read.init(128);
@@ -541,6 +552,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
 
   auto issue_output = [&](int tile) {
     const uint32_t stage = tile % kStages * kStageBytes;
+    if constexpr (kSeparateV) v_full.wait(tile);  // (else the tile's S waited for the stage)
     pin_registers(pa);
     pin_registers(o[0]);
     wgmma_fence();
@@ -626,6 +638,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       const bool refill = issuer && it + kStages < num_tiles;
       const TilePages ahead = paged && refill ? tile_pages(it + kStages) : TilePages{};
       p_written.wait(it);
+      // V apart: S of tile it completed before P was written, so K's slot
+      // takes its refill now, a P V earlier than V's.
+      if constexpr (kSeparateV)
+        if (refill) load_tile(it + kStages, ahead);
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
@@ -641,14 +657,17 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
           o[0][n][3] *= factor.y;
         }
       }
-      full.wait(it);  // the copy's bytes, seen by this warpgroup too
+      if constexpr (!kSeparateV) full.wait(it);  // the copy's bytes, seen by this warpgroup too
       issue_output(it);
       wgmma_wait<0>();
       pin_registers(o[0]);
       stage_free.arrive(it);
       if (refill) {
         stage_free.wait(it);  // warpgroup 0's P V of tile it completed too
-        load_tile(it + kStages, ahead);
+        if constexpr (kSeparateV)
+          load_v(it + kStages);
+        else
+          load_tile(it + kStages, ahead);
       }
     }
   }
