@@ -385,8 +385,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   constexpr size_t kPOffset = kQBytes + kStages * kStageBytes;
   uint32_t* const p_s = reinterpret_cast<uint32_t*>(q_ptr + kPOffset);
   float2* const correction_s = reinterpret_cast<float2*>(q_ptr + kPOffset + kMlaPBytes);
-  // Barriers: K stage full (one arrival + the copy's bytes: the K tile's, and
-  // the V tile's where V is apart), K stage free
+  // Barriers: K stage full (one arrival + the K tile's bytes), K stage free
   // (all 256 threads, once their P V of the stage's tile completed), P
   // written (warpgroup 0's 128 threads), P read (warpgroup 1's), Q in (one
   // arrival + Q's bytes, when Q comes by TMA); where V is apart, V's tile
