@@ -713,24 +713,33 @@ TEST(PrefillSelection, HeadDimAboveLargestFusedSizeNamesTheLimit) {
   }
 }
 
-// Dv above 256 runs in column slices; the wgmma row takes every pair but
+// Dv above 256 runs in column slices where the wide row declines (Dqk up
+// to 320 on sm_90; every pair elsewhere); the wgmma row takes every pair but
 // 576/256 and names why; the plan shows the slices and the work ratio.
 TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
   if (!compiled_exactly(512, 256) || !compiled_exactly(320, 160))
     GTEST_SKIP() << "512/256 or 320/160 not compiled";
-  const Plan p = plan(problem_of(512, 512), forced());
+  const bool wgmma = prefill_rows(DType::BF16).size() > 1;
+  const Plan p = plan(problem_of(320, 320), forced());
   EXPECT_EQ(p.path, Path::FusedPrefill);
-  EXPECT_EQ(p.kernel, prefill_rows(DType::BF16).size() > 1 ? "cuda_fused_prefill_hopper"
-                                                           : "cuda_fused_prefill");
-  EXPECT_EQ(p.head_dim_qk_bucket, 512);
-  EXPECT_EQ(p.head_dim_v_bucket, 256);
+  EXPECT_EQ(p.kernel, wgmma ? "cuda_fused_prefill_hopper" : "cuda_fused_prefill");
+  EXPECT_EQ(p.head_dim_qk_bucket, 320);
+  EXPECT_EQ(p.head_dim_v_bucket, 160);
   EXPECT_EQ(p.num_v_slices, 2);
   // The wgmma kernel's slices compute Q K^T each; the mma.sync row's pair
   // kernel once for both.
   const bool slices_share_scores = p.kernel == "cuda_fused_prefill";
   EXPECT_NEAR(p.pad_ratio, slices_share_scores ? 1.0 : 1.5, 1e-12);
-  EXPECT_NE(p.explain().find("512/256 x 2 column slices"), std::string::npos) << p.explain();
+  EXPECT_NE(p.explain().find("320/160 x 2 column slices"), std::string::npos) << p.explain();
   EXPECT_EQ(p.workspace_bytes, 0u);
+  // 512/512: the wide row where the wgmma rows run (S once for both halves
+  // of O), else the mma.sync row's pair kernel in two slices.
+  const Plan large = plan(problem_of(512, 512), forced());
+  EXPECT_EQ(large.kernel, wgmma ? "cuda_fused_prefill_wide" : "cuda_fused_prefill");
+  EXPECT_EQ(large.head_dim_qk_bucket, 512);
+  EXPECT_EQ(large.head_dim_v_bucket, wgmma ? 512 : 256);
+  EXPECT_NEAR(large.pad_ratio, 1.0, 1e-12);
+  EXPECT_EQ(large.workspace_bytes, 0u);
   const Plan between = plan(problem_of(300, 300), forced());
   EXPECT_EQ(between.head_dim_qk_bucket, 320);
   EXPECT_EQ(between.head_dim_v_bucket, 160);
@@ -739,12 +748,11 @@ TEST(PrefillSelection, LargeHeadDimsRunInColumnSlices) {
                                         0)) >= detail::cuda::kSm90SharedBytes) {
     // 576/512 without MLA's aliasing: the wide kernel where the wgmma rows
     // run (S once for both halves of O), else the mma.sync row's pair kernel.
-    const Plan large = plan(problem_of(576, 512), forced());
-    const bool wide = prefill_rows(DType::BF16).size() > 1;
-    EXPECT_EQ(large.kernel, wide ? "cuda_fused_prefill_wide" : "cuda_fused_prefill");
-    EXPECT_EQ(large.tile_q, wide ? 64 : detail::cuda::kPairTileQ);
-    EXPECT_EQ(large.tile_k, 32);
-    EXPECT_NEAR(large.pad_ratio, 1.0, 1e-12);
+    const Plan unaliased = plan(problem_of(576, 512), forced());
+    EXPECT_EQ(unaliased.kernel, wgmma ? "cuda_fused_prefill_wide" : "cuda_fused_prefill");
+    EXPECT_EQ(unaliased.tile_q, wgmma ? 64 : detail::cuda::kPairTileQ);
+    EXPECT_EQ(unaliased.tile_k, 32);
+    EXPECT_NEAR(unaliased.pad_ratio, 1.0, 1e-12);
   }
   for (const detail::KernelRow& row : detail::selection_table()) {
     if (std::string(row.name) != "cuda_fused_prefill_hopper") continue;
@@ -790,8 +798,8 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
 }
 
 // The wide row (the MLA kernel with V tiles of its own) takes prefill with
-// Dv above 256 where it measured faster than the column slices (Dqk
-// 321..384, Dqk above 512), and names what it declines.
+// Dv above 256 where it measured faster than the column slices (Dqk above
+// 320), and names what it declines.
 TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   auto verdict = [](const Problem& p) { return detail::cuda::prefill_wide_supports(p, {}); };
   Problem p = problem_of(576, 512);
@@ -805,10 +813,10 @@ TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   p = problem_of(576, 256);
   EXPECT_EQ(verdict(p).reason,
             "head_dim_v=256 is one column slice: the slice kernels compute Q K^T once");
-  p = problem_of(512, 512);
+  p = problem_of(320, 512);
   EXPECT_EQ(verdict(p).reason,
-            "head_dim_qk=512, head_dim_v=512: the wide kernel serves Dqk 321..384 with Dv up to "
-            "384, and Dqk above 512; elsewhere the wgmma kernel's column slices measured faster");
+            "head_dim_qk=320, head_dim_v=512: the wide kernel serves Dqk above 320 (up to 576, Dv "
+            "up to 512); at 288 and 320 the wgmma kernel's column slices measured faster");
   p = problem_of(288, 288);
   EXPECT_FALSE(verdict(p).ok);
   EXPECT_TRUE(verdict(p).routed);
@@ -826,12 +834,11 @@ TEST(PrefillSelection, WideRowNamesWhatItDeclines) {
   p.row_alignment = 8;
   EXPECT_EQ(verdict(p).reason,
             "rows are 8-byte aligned; the wide kernel's TMA loads need 16 (q, k, v, out)");
-  // The shapes: 384/384 for Dqk 321..384, 576/512 above Dqk 512.
-  const std::pair<int64_t, int64_t> dims[][2] = {{{330, 330}, {384, 384}},
-                                                 {{384, 320}, {384, 384}},
-                                                 {{384, 384}, {384, 384}},
-                                                 {{520, 300}, {576, 512}},
-                                                 {{576, 512}, {576, 512}}};
+  // The shapes: the smallest of 384/384, 512/512 and 576/512 that covers.
+  const std::pair<int64_t, int64_t> dims[][2] = {
+      {{330, 330}, {384, 384}}, {{384, 320}, {384, 384}}, {{384, 384}, {384, 384}},
+      {{330, 400}, {512, 512}}, {{440, 440}, {512, 512}}, {{512, 512}, {512, 512}},
+      {{520, 300}, {576, 512}}, {{576, 512}, {576, 512}}};
   for (const auto& [problem_dims, buckets] : dims) {
     Plan wide;
     detail::cuda::prefill_wide_configure(problem_of(problem_dims.first, problem_dims.second), wide);

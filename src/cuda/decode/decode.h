@@ -31,7 +31,7 @@ void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
 // The same kernel with V tiles of its own: prefill with Dv above 256 where
 // computing S once for both of O's column halves measured faster than the
-// column slices (Dqk 321..384, and above 512). The plan carries the
+// column slices (Dqk above 320). The plan carries the
 // instance (shape and dtype); the launch does not look it up again.
 Verdict prefill_wide_supports(const Problem& problem, const Options& options);
 void prefill_wide_configure(const Problem& problem, Plan& plan);

@@ -408,14 +408,18 @@ struct MlaShape {
 // First the latent cache's: 4 stages of 32 keys measured faster than 2 x 64
 // (bench/NOTES.md, "Decode: the MLA kernel on wgmma"): the copy of a tile
 // is issued three tiles ahead instead of one. Then the wide prefill row's
-// (decode_mla.cu: wide_shape), as many stages as fit beside Q: 384/384 and
-// 576/512. No 512/512 (nor 288 and 320 on the 384 shape): there the wgmma
-// kernel's column slices measured faster (bench/NOTES.md, session 44).
-inline constexpr MlaShape kMlaShapes[] = {
-    {kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4}, {6, 192, true, 3}, {9, 256, true, 2}};
+// (decode_mla.cu: wide_shape), as many stages as fit beside Q: 384/384,
+// 512/512 and 576/512, V in rings of its own. None for Dqk 288 and 320: there
+// the wgmma kernel's column slices measured faster (bench/NOTES.md, sessions
+// 44-45).
+inline constexpr MlaShape kMlaShapes[] = {{kMlaHeadDimQk / 64, kMlaHeadDimV / 2, false, 4},
+                                          {6, 192, true, 3},
+                                          {8, 256, true, 2},
+                                          {9, 256, true, 2}};
 inline constexpr int kMlaLatent = 0;  // the shapes' indices
 inline constexpr int kMlaWide384 = 1;
-inline constexpr int kMlaWide576 = 2;
+inline constexpr int kMlaWide512 = 2;
+inline constexpr int kMlaWide576 = 3;
 // The TMA boxes, of one page's rows each, in which a K tile arrives from a
 // page pool of `page_size` rows: 4 (pages of 8), 2 (16), 1 (a multiple of
 // kMlaTileK); 0 for other page sizes, which the kernel does not take (a tile

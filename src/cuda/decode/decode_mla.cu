@@ -842,18 +842,18 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
 }
 
 // The wide shape (its index in kMlaShapes) that serves the head dims, or -1:
-// 384/384 for Dqk 321..384 (Dv up to 384), 576/512 above Dqk 512. Elsewhere
-// the wgmma kernel's column slices measured faster, in their own buckets (on
-// an H100, B1 H16/8 L8192: 288 460 TFLOP/s and 320 484 against the wide
-// kernel's 309 and 343; 512/512 396 against 329 with 8 panels of K), while
-// 384/384 ran 1.11x theirs (411 against 371; bench/NOTES.md, session 44).
+// above Dqk 320 the smallest that covers them (384/384, 512/512, 576/512).
+// At Dqk 288 and 320 the wgmma kernel's column slices measured faster in
+// their own buckets (on an H100, B1 H16/8 L8192: 460 and 484 TFLOP/s against
+// the wide kernel's 309 and 343), while above 320 the wide kernel ran 418
+// against 371 at 384/384 and 488 against 400 at 512/512 (bench/NOTES.md,
+// sessions 44-45).
 int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
-  const auto covers = [&](int shape) {
-    return head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
-           head_dim_v <= 2 * kMlaShapes[shape].half_dv;
-  };
-  if (head_dim_qk > 320 && covers(kMlaWide384)) return kMlaWide384;
-  if (head_dim_qk > 512 && covers(kMlaWide576)) return kMlaWide576;
+  if (head_dim_qk <= 320) return -1;
+  for (int shape : {kMlaWide384, kMlaWide512, kMlaWide576})
+    if (head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
+        head_dim_v <= 2 * kMlaShapes[shape].half_dv)
+      return shape;
   return -1;
 }
 
@@ -867,6 +867,8 @@ WideLaunch wide_launch(DType dtype, int shape) {
   switch (shape) {
     case kMlaWide384:
       return bf16 ? launch_mla<__nv_bfloat16, kMlaWide384> : launch_mla<__half, kMlaWide384>;
+    case kMlaWide512:
+      return bf16 ? launch_mla<__nv_bfloat16, kMlaWide512> : launch_mla<__half, kMlaWide512>;
     case kMlaWide576:
       return bf16 ? launch_mla<__nv_bfloat16, kMlaWide576> : launch_mla<__half, kMlaWide576>;
     default:
@@ -909,8 +911,8 @@ Verdict prefill_wide_supports(const Problem& p, const Options&) {
     return Verdict::other_row(
         "head_dim_qk=" + std::to_string(p.head_dim_qk) +
         ", head_dim_v=" + std::to_string(p.head_dim_v) +
-        ": the wide kernel serves Dqk 321..384 with Dv up to 384, and Dqk above 512; elsewhere "
-        "the wgmma kernel's column slices measured faster");
+        ": the wide kernel serves Dqk above 320 (up to 576, Dv up to 512); at 288 and 320 the "
+        "wgmma kernel's column slices measured faster");
   if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (Verdict indices = decode_index_limits(p); !indices.ok) return indices;
   return mla_device_supports(p, "the wide kernel",
