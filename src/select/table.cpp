@@ -38,7 +38,7 @@ const KernelRow kTable[] = {
      "rows 16-byte aligned (TMA); dense or paged as the decode row"},
     {"cuda_fused_prefill_wide", Backend::CUDA, Path::FusedPrefill, cuda::prefill_wide_supports,
      cuda::prefill_wide_configure, cuda::prefill_wide_launch,
-     "prefill with Dv above 256 (Dqk 321..384 with Dv up to 384, or Dqk above 512), bf16/f16, "
+     "prefill with Dv above 256 and Dqk above 320 (shapes 384/384, 512/512, 576/512), bf16/f16, "
      "sm_90 only: the MLA kernel with V tiles of their own, 64 query positions per block, S once "
      "for both halves of O's columns (a warpgroup each); rows 16-byte aligned (TMA), dense k "
      "and v"},
