@@ -27,16 +27,27 @@ __device__ __forceinline__ float fast_rcp(float x) {
   return y;
 }
 
-// Reductions over the 4 lanes of a quad (lanes 4g..4g+3 hold one
-// accumulator row of an mma tile).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+// Reductions over groups of kLanes consecutive lanes (lanes kLanes g ..
+// kLanes g + kLanes - 1 hold one row), every lane of a group getting the
+// result.
+template <int kLanes>
+__device__ __forceinline__ float lane_group_max(float x) {
+  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two");
+#pragma unroll
+  for (int step = 1; step < kLanes; step *= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, step));
+  return x;
 }
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+template <int kLanes>
+__device__ __forceinline__ float lane_group_sum(float x) {
+  static_assert(kLanes >= 2 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "a power of two");
+#pragma unroll
+  for (int step = 1; step < kLanes; step *= 2) x += __shfl_xor_sync(0xffffffffu, x, step);
+  return x;
 }
+// The 4 lanes of a quad (lanes 4g..4g+3 hold one accumulator row of an mma
+// tile).
+__device__ __forceinline__ float quad_max(float x) { return lane_group_max<4>(x); }
+__device__ __forceinline__ float quad_sum(float x) { return lane_group_sum<4>(x); }
 
 // Reads one element of an additive (f32/f16/bf16) or boolean mask as float;
 // a boolean `false` reads as -inf. dtype codes follow fsdpa::DType.

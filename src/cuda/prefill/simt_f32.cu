@@ -1,6 +1,6 @@
-// f32 fused prefill on CUDA cores. Block = kRows query rows x 4 lanes per
-// row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 4
-// keys of a score tile and every 4th float4 of the output columns, and reads
+// f32 fused prefill on CUDA cores. Block = kRows query rows x 8 lanes per
+// row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 8
+// keys of a score tile and every 8th float4 of the output columns, and reads
 // Q, K and V from shared memory by float4. K and V arrive by cp.async, each
 // tile's K while the block computes the previous tile's P V and its V while
 // it computes S (a copy through registers, float by float, left one warp a
@@ -27,12 +27,16 @@ namespace fsdpa::detail::cuda {
 
 namespace {
 
-constexpr int kLanesPerRow = 4;  // one quad per row: quad shuffles reduce a row
+// Lanes a query row: 8 (256 threads for 32 rows) rather than a quad, so that a
+// block of one an SM (the tiles of the large head dims) has two warps a
+// scheduler, and a lane's chains over d and over keys are half as long.
+constexpr int kLanesPerRow = 8;
 constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
 
-// One block an SM in the launch bounds: left to itself ptxas capped some
-// tiles at 128 registers and spilled on sm_80 (16-32 bytes); with it they take
-// 140-180 and spill nothing.
+// One block an SM in the launch bounds: with 4 lanes a row, left to itself
+// ptxas capped some tiles at 128 registers and spilled on sm_80 (16-32
+// bytes); with 8 lanes the tiles take 124-157 registers, and asking two
+// blocks an SM caps the 32 x 32 tile at 128 and spills 8 bytes on sm_90a.
 constexpr int kSimtF32MinBlocks = 1;
 
 // Rows [0, rows) of `src` (row stride `stride`) into `dst`, `padded` floats a
@@ -68,7 +72,7 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
     simt_f32_kernel(const PrefillParams p) {
   constexpr int kThreads = kRows * kLanesPerRow;
   constexpr int kKeysPerLane = kKeys / kLanesPerRow;
-  static_assert(kThreads % 32 == 0 && kKeys % kLanesPerRow == 0, "quad layout");
+  static_assert(kThreads % 32 == 0 && kKeys % kLanesPerRow == 0, "lanes of a row");
   extern __shared__ __align__(16) float shared[];
   // This block's column slice of Dv (PrefillParams::v_slice_shift).
   const int column0 =
@@ -175,7 +179,7 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
       s[u] = value;
       tile_max = fmaxf(tile_max, value);
     }
-    tile_max = quad_max(tile_max);
+    tile_max = lane_group_max<kLanesPerRow>(tile_max);
     const float new_max = fmaxf(row_max, tile_max);
     const float base = new_max == kMinusInf ? 0.0f : new_max;
     const float correction = exp2f(row_max - base);
@@ -192,7 +196,7 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
     if (more) load_k(k0 + kKeys);
     cp_async_commit();
     cp_async_wait<1>();  // this tile's V; the next K may still be in flight
-    __syncthreads();     // ... for every thread (and the quads' P for their own rows)
+    __syncthreads();     // ... for every thread (and each row's P for its lanes)
 
     // O += P V: each P value read once for the lane's columns, V by float4.
 #pragma unroll
@@ -219,7 +223,7 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
 
   const float sink = sink_log2(sem.sinks, sem.sink_stride, head);
   const float total_max = fmaxf(row_max, sink);
-  float sum = quad_sum(row_sum);
+  float sum = lane_group_sum<kLanesPerRow>(row_sum);
   float inverse = 0.0f, lse = kMinusInf;
   if (total_max != kMinusInf) {
     const float correction = exp2f(row_max - total_max);

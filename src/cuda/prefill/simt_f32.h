@@ -16,7 +16,7 @@
 
 namespace fsdpa::detail::cuda {
 
-// A block's tile: query rows (4 lanes each) and keys per K/V tile.
+// A block's tile: query rows (8 lanes each) and keys per K/V tile.
 struct SimtF32Tile {
   int rows, keys;
 };
@@ -43,7 +43,7 @@ constexpr int64_t simt_f32_v_slice_width(int64_t head_dim_v) {
 static_assert(simt_f32_v_slice_width(300) == 152 && simt_f32_v_slice_width(512) == 256,
               "whole float4s, no wider than the largest slice");
 
-// Floats of a row of V: whole float4s (a quad reads 4 consecutive ones).
+// Floats of a row of V: whole float4s (a row's 8 lanes read 8 consecutive ones).
 constexpr int simt_f32_v_stride(int64_t v_slice_width) {
   return static_cast<int>((v_slice_width + 3) / 4 * 4);
 }
