@@ -1,6 +1,7 @@
-// f32 fused prefill on CUDA cores. Block = kRows query rows x 8 lanes per
-// row; K/V tiles of kKeys keys in shared memory; each lane owns kKeys / 8
-// keys of a score tile and every 8th float4 of the output columns, and reads
+// f32 fused prefill on CUDA cores. Block = kRows query rows x kLanes lanes
+// per row (simt_f32_lanes: 4, or 8 where the block holds its SM alone); K/V
+// tiles of kKeys keys in shared memory; each lane owns kKeys / kLanes keys of
+// a score tile and every kLanes-th float4 of the output columns, and reads
 // Q, K and V from shared memory by float4. K and V arrive by cp.async, each
 // tile's K while the block computes the previous tile's P V and its V while
 // it computes S (a copy through registers, float by float, left one warp a
@@ -26,12 +27,6 @@
 namespace fsdpa::detail::cuda {
 
 namespace {
-
-// Lanes a query row: 8 (256 threads for 32 rows) rather than a quad, so that a
-// block of one an SM (the tiles of the large head dims) has two warps a
-// scheduler, and a lane's chains over d and over keys are half as long.
-constexpr int kLanesPerRow = 8;
-constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
 
 // One block an SM in the launch bounds: with 4 lanes a row, left to itself
 // ptxas capped some tiles at 128 registers and spilled on sm_80 (16-32
@@ -67,10 +62,11 @@ __device__ __forceinline__ void fill_rows(float* dst, const float* src, int64_t 
   }
 }
 
-template <int kRows, int kKeys>
+template <int kRows, int kKeys, int kLanesPerRow>
 __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
     simt_f32_kernel(const PrefillParams p) {
   constexpr int kThreads = kRows * kLanesPerRow;
+  constexpr int kColumnsPerLane = kLargestVSlice / kLanesPerRow;
   constexpr int kKeysPerLane = kKeys / kLanesPerRow;
   static_assert(kThreads % 32 == 0 && kKeys % kLanesPerRow == 0, "lanes of a row");
   extern __shared__ __align__(16) float shared[];
@@ -262,25 +258,28 @@ __global__ void __launch_bounds__((kRows * kLanesPerRow), kSimtF32MinBlocks)
   });
 }
 
-template <int kRows, int kKeys>
+template <int kRows, int kKeys, int kLanes>
 void launch_simt_f32(const PrefillParams& params, cudaStream_t stream) {
-  constexpr int kThreads = kRows * kLanesPerRow;
+  constexpr int kThreads = kRows * kLanes;
   const size_t bytes =
       simt_f32_shared_bytes({kRows, kKeys}, params.head_dim_qk, params.v_slice_width);
-  const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel<kRows, kKeys>);
+  const void* kernel = reinterpret_cast<const void*>(&simt_f32_kernel<kRows, kKeys, kLanes>);
   prepare_launch(kernel, kThreads, bytes, "cuda_fused_prefill_f32");
   const int64_t q_blocks = (params.semantics.len_q + kRows - 1) / kRows;
   const dim3 grid(static_cast<unsigned>(q_blocks << params.v_slice_shift),
                   static_cast<unsigned>(params.heads_q), static_cast<unsigned>(params.batch));
-  simt_f32_kernel<kRows, kKeys><<<grid, kThreads, bytes, stream>>>(params);
+  simt_f32_kernel<kRows, kKeys, kLanes><<<grid, kThreads, bytes, stream>>>(params);
   FSDPA_CUDA_CHECK(cudaGetLastError());
 }
 
-// One launch per entry of kSimtF32Tiles, in its order.
+// One launch per entry of kSimtF32Tiles, in its order, with 4 lanes a row
+// and with 8.
 using SimtF32Launch = void (*)(const PrefillParams&, cudaStream_t);
 template <size_t... I>
-constexpr std::array<SimtF32Launch, sizeof...(I)> simt_f32_launches(std::index_sequence<I...>) {
-  return {launch_simt_f32<kSimtF32Tiles[I].rows, kSimtF32Tiles[I].keys>...};
+constexpr std::array<std::array<SimtF32Launch, 2>, sizeof...(I)> simt_f32_launches(
+    std::index_sequence<I...>) {
+  return {{{launch_simt_f32<kSimtF32Tiles[I].rows, kSimtF32Tiles[I].keys, 4>,
+            launch_simt_f32<kSimtF32Tiles[I].rows, kSimtF32Tiles[I].keys, 8>}...}};
 }
 constexpr auto kSimtF32Launches =
     simt_f32_launches(std::make_index_sequence<std::size(kSimtF32Tiles)>{});
@@ -326,7 +325,10 @@ void simt_f32_configure(const Problem& problem, Plan& plan) {
   plan.pad_ratio = 1.0;
   plan.tile_q = kSimtF32Tiles[tile].rows;
   plan.tile_k = kSimtF32Tiles[tile].keys;
-  plan.instance = reinterpret_cast<void (*)()>(kSimtF32Launches[tile]);
+  const size_t bytes = simt_f32_shared_bytes(kSimtF32Tiles[tile], problem.head_dim_qk,
+                                             simt_f32_v_slice_width(problem.head_dim_v));
+  const int lanes = simt_f32_lanes(bytes, planning_shared_bytes(problem));
+  plan.instance = reinterpret_cast<void (*)()>(kSimtF32Launches[tile][lanes == 8 ? 1 : 0]);
 }
 
 void simt_f32_launch(const Plan& plan, const PrefillParams& params, cudaStream_t stream) {

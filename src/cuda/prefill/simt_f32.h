@@ -16,7 +16,7 @@
 
 namespace fsdpa::detail::cuda {
 
-// A block's tile: query rows (8 lanes each) and keys per K/V tile.
+// A block's tile: query rows (simt_f32_lanes lanes each) and keys per K/V tile.
 struct SimtF32Tile {
   int rows, keys;
 };
@@ -43,7 +43,7 @@ constexpr int64_t simt_f32_v_slice_width(int64_t head_dim_v) {
 static_assert(simt_f32_v_slice_width(300) == 152 && simt_f32_v_slice_width(512) == 256,
               "whole float4s, no wider than the largest slice");
 
-// Floats of a row of V: whole float4s (a row's 8 lanes read 8 consecutive ones).
+// Floats of a row of V: whole float4s (a row's lanes read consecutive ones).
 constexpr int simt_f32_v_stride(int64_t v_slice_width) {
   return static_cast<int>((v_slice_width + 3) / 4 * 4);
 }
@@ -62,6 +62,22 @@ static_assert(simt_f32_shared_bytes(kSimtF32Tiles[0], 576, 256) <= kSm90SharedBy
 static_assert(simt_f32_shared_bytes(kSimtF32Tiles[std::size(kSimtF32Tiles) - 1], 576, 256) <=
                   kSharedBudgets[kSharedClasses - 1],
               "the smallest budget holds the smallest tile at every head dim");
+
+// Lanes a query row for a block of `tile_bytes` of shared memory: 8 where the
+// block holds its SM alone (two do not fit `shared_bytes_per_block`, about
+// an SM's shared memory), so that one block still has two warps a scheduler;
+// else 4, where blocks share the SM. On an H100 (bench/NOTES.md, session
+// 44): 576/512 (185 KB) 23.4 ms with 8 against 33.4 with 4; 300/300 (102
+// KB, two an SM) 15.2 against 13.4, 128/128 4.87 against 4.24.
+constexpr int simt_f32_lanes(size_t tile_bytes, size_t shared_bytes_per_block) {
+  return 2 * tile_bytes > shared_bytes_per_block ? 8 : 4;
+}
+
+static_assert(
+    simt_f32_lanes(simt_f32_shared_bytes(kSimtF32Tiles[0], 576, 256), kSm90SharedBytes) == 8 &&
+        simt_f32_lanes(simt_f32_shared_bytes(kSimtF32Tiles[0], 300, 152), kSm90SharedBytes) == 4 &&
+        simt_f32_lanes(simt_f32_shared_bytes(kSimtF32Tiles[0], 128, 128), kSm90SharedBytes) == 4,
+    "eight lanes at 576/512 on sm_90 (one block an SM), four at 300 and 128");
 
 // The index in kSimtF32Tiles of the tile a problem of these head dims takes
 // with `shared_bytes_per_block`, or -1 where none fits.
