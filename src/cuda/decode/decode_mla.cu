@@ -844,10 +844,8 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
 // The wide shape (its index in kMlaShapes) that serves the head dims, or -1:
 // above Dqk 320 the smallest that covers them (384/384, 512/512, 576/512).
 // At Dqk 288 and 320 the wgmma kernel's column slices measured faster in
-// their own buckets (on an H100, B1 H16/8 L8192: 460 and 484 TFLOP/s against
-// the wide kernel's 309 and 343), while above 320 the wide kernel ran 418
-// against 371 at 384/384 and 488 against 400 at 512/512 (bench/NOTES.md,
-// sessions 44-45).
+// their own buckets, above 320 the wide kernel (bench/NOTES.md, sessions
+// 44-45).
 int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
   if (head_dim_qk <= 320) return -1;
   for (int shape : {kMlaWide384, kMlaWide512, kMlaWide576})

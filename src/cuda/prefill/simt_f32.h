@@ -66,9 +66,8 @@ static_assert(simt_f32_shared_bytes(kSimtF32Tiles[std::size(kSimtF32Tiles) - 1],
 // Lanes a query row for a block of `tile_bytes` of shared memory: 8 where the
 // block holds its SM alone (two do not fit `shared_bytes_per_block`, about
 // an SM's shared memory), so that one block still has two warps a scheduler;
-// else 4, where blocks share the SM. On an H100 (bench/NOTES.md, session
-// 44): 576/512 (185 KB) 23.4 ms with 8 against 33.4 with 4; 300/300 (102
-// KB, two an SM) 15.2 against 13.4, 128/128 4.87 against 4.24.
+// else 4, where blocks share the SM: eight lanes were faster where one block
+// holds the SM, slower where two share it (bench/NOTES.md, sessions 44-45).
 constexpr int simt_f32_lanes(size_t tile_bytes, size_t shared_bytes_per_block) {
   return 2 * tile_bytes > shared_bytes_per_block ? 8 : 4;
 }
