@@ -17,6 +17,9 @@
 #                DECODE_ROW_PROCESSES=1 runs each decode bench row in its own process,
 #                as `all` and `bench` always do for the decode table;
 #                for `coverage`: COVERAGE_TESTS=0 runs its benches alone,
+#                COVERAGE_TESTS=large the head dims above 256 only (the prefill suite
+#                filtered, the NaN suite, decode-vs-prefill: a fresh machine's one call
+#                holds them with the build and the bench),
 #                FULL_PREFILL_TABLE=1 adds the main prefill table, AB_BASE=1 the
 #                A/B against .devbuild/base.tgz, COVERAGE_DECODE_SANITIZE=0 skips
 #                the decode sanitizers, COVERAGE_DECODE_BENCH=0 the unaligned decode rows,
@@ -59,6 +62,10 @@ HEAD_DIMS=${FSDPA_HEAD_DIMS:-all}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+case "$STAGES:${COVERAGE_TESTS:-1}" in
+  coverage:1 | coverage:large | coverage:0) ;;
+  coverage:*) say "COVERAGE_TESTS=${COVERAGE_TESTS}: not one of 1, large, 0"; exit 2 ;;
+esac
 # Every step's time limit is cut to what is left of BUDGET_S (the call's own
 # limit, minus a margin for packing the results).
 DEADLINE=$(($(date +%s) + ${BUDGET_S:-540} - 15))
@@ -230,6 +237,24 @@ run_gpu_suites() {
   say "gpu tests: $(($(date +%s) - t0)) s"
   report_tests
 }
+# The suites of the head dims above 256 into $OUT/tests.log, reported: the
+# prefill suite (12 shards) filtered to them and the selection tests, limit
+# $1 s, then the NaN suite and decode-vs-prefill ($2 s each).
+run_large_suites() {
+  local t0
+  t0=$(date +%s)
+  export GTEST_FILTER='PrefillSelection.*:*D288x*:*D300x*:*D320x*:*D330x*:*D384x*:*D440x*:*D511x*:*D512x*:*D520x*:*D576x*:*D64x512*:*D200x300*'
+  start_prefill_shards "$1"
+  for p in "${pids[@]}"; do wait "$p"; done
+  unset GTEST_FILTER
+  : >"$OUT/decode_tests.txt"
+  run_test "$OUT/decode_tests.txt" "$2" gpu_test_nan_policy
+  run_test "$OUT/decode_tests.txt" "$2" gpu_test_decode_vs_prefill
+  cat "$OUT"/prefill_shard_*.txt "$OUT/decode_tests.txt" >"$OUT/tests.log"
+  rm -f "$OUT"/prefill_shard_*.txt "$OUT/decode_tests.txt"
+  say "gpu tests (head dims above 256): $(($(date +%s) - t0)) s"
+  report_tests
+}
 sanitize_small() {
   local log="$OUT/sanitizer-$4.log"
   timeout $(limit "$3") compute-sanitizer --tool memcheck --error-exitcode 9 $BUILD/bin/$1 \
@@ -397,6 +422,10 @@ if [ "$STAGES" = prefill ]; then
   [ "${AB_BASE:-0}" = 1 ] && ab_base_tables
 fi
 
+if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = large ]; then
+  run_large_suites 150 60
+  sanitize_small gpu_test_prefill "${LARGE_SANITIZE_FILTER:-*L64x300_D384x384*:*L131x211_D440x440_bf16*:*L64x300_D512x512*:*L192x500_D520x400*:*L32x130_D576x512_f16*:*PrefillAwkward*D576x512*mla*causalBR_fused}" 150 large-dims
+fi
 if [ "$STAGES" = coverage ] && [ "${COVERAGE_TESTS:-1}" = 1 ]; then
   run_gpu_suites 200 150 60
   [ "${COVERAGE_DECODE_SANITIZE:-1}" = 1 ] &&
