@@ -420,6 +420,18 @@ inline constexpr int kMlaLatent = 0;  // the shapes' indices
 inline constexpr int kMlaWide384 = 1;
 inline constexpr int kMlaWide512 = 2;
 inline constexpr int kMlaWide576 = 3;
+// The wide shapes in ascending order, so that the first that covers a
+// problem is the smallest (wide_shape).
+constexpr bool mla_wide_shapes_ascend() {
+  int panels = 0;
+  for (const MlaShape& s : kMlaShapes) {
+    if (!s.separate_v) continue;
+    if (s.qk_panels <= panels) return false;
+    panels = s.qk_panels;
+  }
+  return true;
+}
+static_assert(mla_wide_shapes_ascend(), "kMlaShapes' wide shapes ascend");
 // The TMA boxes, of one page's rows each, in which a K tile arrives from a
 // page pool of `page_size` rows: 4 (pages of 8), 2 (16), 1 (a multiple of
 // kMlaTileK); 0 for other page sizes, which the kernel does not take (a tile

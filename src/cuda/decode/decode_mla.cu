@@ -30,13 +30,15 @@
 //
 // The same kernel serves the wide prefill row (cuda_fused_prefill_wide): Dv
 // above 256 with V tiles of their own, landing beside each K tile in its
-// stage (MlaShape::separate_v), at 384/384 and 576/512 (kMlaShapes), so that
-// S is computed once for both halves of O's columns.
+// stage on a barrier of their own (MlaShape::separate_v), in the shapes of
+// kMlaShapes that have them, so that S is computed once for both halves of
+// O's columns.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 
 #include "core/kv_cache.h"
@@ -848,8 +850,8 @@ Verdict mla_kernel_supports(const Problem& p, const Options& options) {
 // 44-45).
 int wide_shape(int64_t head_dim_qk, int64_t head_dim_v) {
   if (head_dim_qk <= 320) return -1;
-  for (int shape : {kMlaWide384, kMlaWide512, kMlaWide576})
-    if (head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
+  for (int shape = 0; shape < static_cast<int>(std::size(kMlaShapes)); ++shape)
+    if (kMlaShapes[shape].separate_v && head_dim_qk <= kMlaShapes[shape].qk_panels * 64 &&
         head_dim_v <= 2 * kMlaShapes[shape].half_dv)
       return shape;
   return -1;
