@@ -4,14 +4,17 @@ one per (operand form, N, dtype). Inline PTX names every accumulator register
 of an m64nNk16 instruction (N / 2 of them), so each N is its own asm block;
 this script writes them instead of a hand-kept list.
 
-    python3 src/cuda/common/generate_wgmma.py
+    python3 src/cuda/common/generate_wgmma.py           # rewrite the file
+    python3 src/cuda/common/generate_wgmma.py --check   # exit 1 if it differs (a CPU test)
 """
 
 import pathlib
 import shutil
 import subprocess
+import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
+PATH = HERE / "wgmma_ops.cuh"
 # Every N the kernels may ask for: the multiples of 16 up to 256 (the prefill
 # buckets as P.V widths, the key tiles as Q.K^T widths).
 WIDTHS = list(range(16, 257, 16))
@@ -68,12 +71,28 @@ def header():
     return "".join(parts)
 
 
-def main():
-    path = HERE / "wgmma_ops.cuh"
-    path.write_text(header())
+def formatted(text):
+    """The text as clang-format leaves it in PATH (the repository's style)."""
     formatter = shutil.which("clang-format")
-    if formatter:
-        subprocess.run([formatter, "-i", str(path)], check=True)
+    if not formatter:
+        raise SystemExit("generate_wgmma.py: clang-format not found")
+    return subprocess.run([formatter, f"--assume-filename={PATH}"], input=text,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def main():
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] and not check:
+        raise SystemExit(f"usage: {sys.argv[0]} [--check]")
+    text = formatted(header())
+    if check:
+        if not PATH.exists() or PATH.read_text() != text:
+            print("generate_wgmma.py --check: wgmma_ops.cuh is not what the generator writes; "
+                  "run python3 src/cuda/common/generate_wgmma.py and commit what it writes")
+            sys.exit(1)
+        print("generate_wgmma.py --check: wgmma_ops.cuh up to date")
+        return
+    PATH.write_text(text)
 
 
 if __name__ == "__main__":
