@@ -254,12 +254,14 @@ def cmake_list(entries):
 
 
 def formatted(path, text):
-    """C++ in the repository's style (clang-format), so CI's format check passes."""
-    if path.suffix not in (".h", ".cu"):
+    """C++ in the repository's style (clang-format), so CI's format check passes
+    (also generate_wgmma.py's)."""
+    if path.suffix not in (".h", ".cu", ".cuh"):
         return text
     formatter = shutil.which("clang-format")
     if not formatter:
-        raise SystemExit("generate_instances.py: clang-format is needed to write the C++ files")
+        raise SystemExit(f"{pathlib.Path(sys.argv[0]).name}: clang-format is needed to write "
+                         "the C++ files")
     return subprocess.run([formatter, f"--assume-filename={path}"], input=text, text=True,
                           capture_output=True, check=True).stdout
 

@@ -9,12 +9,12 @@ this script writes them instead of a hand-kept list.
 """
 
 import pathlib
-import shutil
-import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 PATH = HERE / "wgmma_ops.cuh"
+sys.path.insert(0, str(HERE.parent))
+from generate_instances import formatted  # noqa: E402 (the one clang-format call)
 # Every N the kernels may ask for: the multiples of 16 up to 256 (the prefill
 # buckets as P.V widths, the key tiles as Q.K^T widths).
 WIDTHS = list(range(16, 257, 16))
@@ -71,20 +71,11 @@ def header():
     return "".join(parts)
 
 
-def formatted(text):
-    """The text as clang-format leaves it in PATH (the repository's style)."""
-    formatter = shutil.which("clang-format")
-    if not formatter:
-        raise SystemExit("generate_wgmma.py: clang-format not found")
-    return subprocess.run([formatter, f"--assume-filename={PATH}"], input=text,
-                          capture_output=True, text=True, check=True).stdout
-
-
 def main():
     check = sys.argv[1:] == ["--check"]
     if sys.argv[1:] and not check:
         raise SystemExit(f"usage: {sys.argv[0]} [--check]")
-    text = formatted(header())
+    text = formatted(PATH, header())
     if check:
         if not PATH.exists() or PATH.read_text() != text:
             print("generate_wgmma.py --check: wgmma_ops.cuh is not what the generator writes; "

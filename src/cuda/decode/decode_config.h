@@ -461,7 +461,7 @@ constexpr bool mla_shapes_fit() {
   for (const MlaShape& s : kMlaShapes)
     if (mla_shared_bytes(s) > 227 * 1024 || s.half_dv % 64 != 0 || s.stages < 2) return false;
   return !kMlaShapes[kMlaLatent].separate_v && kMlaShapes[kMlaWide384].separate_v &&
-         kMlaShapes[kMlaWide576].separate_v;
+         kMlaShapes[kMlaWide512].separate_v && kMlaShapes[kMlaWide576].separate_v;
 }
 static_assert(mla_shapes_fit(), "every shape fits the H100/H200 opt-in limit, whole panels");
 static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&
