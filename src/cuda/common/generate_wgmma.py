@@ -25,10 +25,10 @@ def wrapper(form, n, ctype, ptx_type):
     regs = n // 2
     acc = ", ".join(f"%{i}" for i in range(regs))
     outputs = ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(regs))
-    if form == "ss":
+    if form in ("ss", "ss_nmajor"):
         a_ops, b_op, flag = f"%{regs}", f"%{regs + 1}", regs + 2
         inputs = '"l"(a), "l"(b), "r"(accumulate)'
-        tail = "p, 1, 1, 0, 0"
+        tail = "p, 1, 1, 0, 0" if form == "ss" else "p, 1, 1, 0, 1"
         a_param = "uint64_t a"
     else:
         a_ops = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + "}"
@@ -52,6 +52,8 @@ def header():
         "// wgmma.mma_async m64nNk16 with f32 accumulators d[N / 8][4] (the\n",
         "// mma.sync C-fragment order per 8 columns), for N = 16..256 step 16:\n",
         "//   wgmma_ss: A and B from shared memory (descriptors), both K-major;\n",
+        "//   wgmma_ss_nmajor: A and B from shared memory, A K-major, B N-major\n",
+        "//             (transposed: P V with P stored in shared memory);\n",
         "//   wgmma_rs: A from registers (the m16n8k16 A fragment of the thread's\n",
         "//             warp), B from shared memory N-major (transposed).\n",
         "// accumulate == 0 overwrites d. Include through cuda/common/wgmma.cuh.\n",
@@ -60,10 +62,13 @@ def header():
         "template <typename T, int N>\n",
         "__device__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, int accumulate);\n",
         "template <typename T, int N>\n",
+        "__device__ void wgmma_ss_nmajor(float (&d)[N / 8][4], uint64_t a, uint64_t b,\n",
+        "                                int accumulate);\n",
+        "template <typename T, int N>\n",
         "__device__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b,\n",
         "                         int accumulate);\n\n",
     ]
-    for form in ("ss", "rs"):
+    for form in ("ss", "ss_nmajor", "rs"):
         for n in WIDTHS:
             for ctype, ptx_type in DTYPES:
                 parts.append(wrapper(form, n, ctype, ptx_type))
