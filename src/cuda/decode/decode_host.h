@@ -56,4 +56,22 @@ bool decode_page_box_binary(const Problem& problem);
 DecodeParams make_decode_params(const Plan& plan, const Tensors& tensors, void* workspace,
                                 int rows_per_block, int split_keys_multiple);
 
+// What tells the latent cache's MLA kernels apart to their rows: the
+// kernel's name in a decline, the TMA boxes a tile's panel takes from a page
+// pool of a page size (0: pages it does not take) and those page sizes in
+// words, and the block's shared memory.
+struct MlaKernelFacts {
+  const char* name;
+  int (*tile_boxes)(int64_t page_size);
+  const char* pages;
+  size_t shared_bytes;
+};
+
+// What a latent-cache MLA kernel (decode_mla.cu, decode_mla_latent.cu) needs
+// of a problem at any len_q: bf16/f16, v a view of k's first Dv columns,
+// 512 < Dqk <= 576, a page size it takes, TMA's 16-byte rows, a 90a build
+// and device, its shared memory.
+Verdict mla_latent_supports(const Problem& problem, const Options& options,
+                            const MlaKernelFacts& kernel);
+
 }  // namespace fsdpa::detail::cuda

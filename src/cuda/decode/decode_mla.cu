@@ -2,9 +2,11 @@
 // heads with v the first 512 columns of k, many query heads on one latent
 // head. With 128 packed rows a K row feeds 128 dot products of 576 and 128
 // of 512, so the shape is compute-bound and wants warpgroup MMAs. The decode
-// row runs it up to the decode limit, the prefill row past it (a block's
-// packed rows are then 64 query positions of a head); k dense or a page pool
-// (kBoxes > 0: a tile's TMA boxes land page by page, kBoxes of them).
+// row runs it up to the decode limit; past it (a block's packed rows are
+// then 64 query positions of a head) the alternating-tile kernel
+// (decode_mla_latent.cu) runs, and this one only takes the page sizes that
+// kernel does not; k dense or a page pool (kBoxes > 0: a tile's TMA boxes
+// land page by page, kBoxes of them).
 //
 // One block owns 64 packed query rows (one wgmma M) and one key split of one
 // (batch, kv head). Q stays in shared memory (in by TMA where a box of the
@@ -55,11 +57,14 @@
 #include "cuda/decode/decode_config.h"
 #include "cuda/decode/decode_host.h"
 #include "cuda/decode/decode_launch.h"
+#include "cuda/decode/decode_mla_common.cuh"
 #include "cuda/prefill/tile_softmax.cuh"
 
 namespace fsdpa::detail::cuda {
 
 namespace {
+
+using namespace mla;
 
 #if defined(FSDPA_WGMMA_KERNELS)
 constexpr bool kWgmmaKernelsBuilt = true;
@@ -67,19 +72,6 @@ constexpr bool kWgmmaKernelsBuilt = true;
 constexpr bool kWgmmaKernelsBuilt = false;
 #endif
 
-// Several splits, when the partial rows take 16-byte vectors: the split's
-// rows leave through shared memory (store_partial_staged), and an even
-// number of splits runs as split pairs (store_pair_merged). The vector test
-// is decode_kernel::partial_float4 spelled out: called, it changed this
-// kernel's SASS (40 instructions more), and the measured code is this one.
-__host__ __device__ __forceinline__ bool staged_partials(const DecodeParams& p) {
-  return p.num_splits > 1 && p.dv_ws % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(p.partial_out) % 16 == 0;
-}
-
-// Floats of a staged row (2 half_dv columns): 8 rows' float2 writes hit
-// distinct banks.
-constexpr int mla_staged_row(int half_dv) { return 2 * half_dv + 8; }
 // Where the staged rows start, from Q's first byte: at the stages where they
 // hold the rows, else at Q (free too once every product completed).
 constexpr size_t mla_staging_offset(MlaShape s) {
@@ -100,250 +92,10 @@ static_assert(mla_staging_fits_all());
 // The kernel's device code, compiled for sm_90a only: elsewhere the kernel
 // body is empty and these would be unused (an error with FSDPA_WERROR).
 #if FSDPA_WGMMA_ARCH
-constexpr int kQPanelBytes = kMlaRows * 128;   // a 64-column panel of Q
 constexpr int kKPanelBytes = kMlaTileK * 128;  // of a K or V tile
 constexpr int kKeyTiles = kMlaTileK / 8;       // 8-key tiles of S
 constexpr int kKSteps = kMlaTileK / 16;        // k-steps of P V
-// kHalfDv: a warpgroup's output columns (MlaShape::half_dv), in 8-column tiles.
-template <int kHalfDv>
-using OutFragments = float[kHalfDv / 8][4];
-
-// Where no TMA box of q is the block's rows (64 % Lq != 0, or the heads
-// broadcast; see launch_mla): starts copying the block's 64 packed Q rows
-// into the swizzled panels at shared address `q` (cp.async, one commit
-// group; the caller waits and then fences for the async proxy). Rows past
-// the block's and columns past Dqk are zero-filled. Four threads share a
-// row, so each finds its row's source once (packed_row divides) and then
-// copies every fourth 16-byte chunk.
-template <typename T, int kPanels>
-__device__ __forceinline__ void load_q(const DecodeParams& p, const decode_kernel::DecodeBlock& b,
-                                       uint32_t q) {
-  constexpr int kChunks = kPanels * 8;  // 16-byte chunks of a row
-  constexpr int kThreadsPerRow = kMlaThreads / kMlaRows;
-  static_assert(kMlaThreads % kMlaRows == 0 && kChunks % kThreadsPerRow == 0);
-  const int r = static_cast<int>(threadIdx.x) / kThreadsPerRow;
-  const int first = static_cast<int>(threadIdx.x) % kThreadsPerRow;
-  const decode_kernel::QRow<T> source = decode_kernel::q_row<T>(p, b, r);
-  const uint32_t row = q + r * 128;
-#pragma unroll
-  for (int i = 0; i < kChunks / kThreadsPerRow; ++i) {
-    const int c = first + i * kThreadsPerRow;
-    const int bytes = 2 * max(0, min(8, source.columns - c * 8));
-    cp_async_16_zfill(row + (c / 8) * kQPanelBytes + ((c % 8) ^ (r % 8)) * 16,
-                      bytes > 0 ? source.source + c * 8 : source.source, bytes);
-  }
-  cp_async_commit();
-}
-
-// The epilogue from the accumulators: one split writes out (normalized, the
-// sink in the denominator) and the LSE; several write the split's
-// unnormalized partial and (max, sum) for the combine kernel.
-// `stats` holds warpgroup 0's (max, sum) of each of the 64 rows. Returns
-// whether this thread stored a NaN or an infinity into out
-// (repair_block_rows).
-template <typename T, int kHalfDv>
-__device__ __forceinline__ bool store_rows(const DecodeParams& p,
-                                           const decode_kernel::DecodeBlock& b,
-                                           const OutFragments<kHalfDv>& o, const float2* stats,
-                                           int warpgroup, int warp, int group, int quad) {
-  using namespace decode_kernel;
-  constexpr int kOutTiles = kHalfDv / 8;
-  const bool single_split = p.num_splits == 1;
-  const int rows_total = p.batch * p.heads_q * p.len_q;
-  bool bad = false;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + group + 8 * h;
-    if (r >= b.rows_here) continue;
-    const int2 hi = packed_row(p, b, r);
-    const float2 max_sum = stats[r];
-    const int64_t row = (int64_t(b.batch) * p.heads_q + hi.x) * p.len_q + hi.y;
-    if (single_split) {
-      const float sink = sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x);
-      const float top = fmaxf(max_sum.x, sink);
-      const float base = top == kMinusInf ? 0.f : top;
-      const float weight = exp2f(max_sum.x - base);
-      const float total = max_sum.y * weight + exp2f(sink - base);
-      const float scale = total > 0.f ? weight / total : 0.f;
-      T* out = static_cast<T*>(p.out) + b.batch * p.out_strides.batch + hi.x * p.out_strides.head +
-               hi.y * p.out_strides.row;
-#pragma unroll
-      for (int n = 0; n < kOutTiles; ++n) {
-        const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
-        const float x0 = o[n][2 * h] * scale, x1 = o[n][2 * h + 1] * scale;
-        if (col + 1 < p.head_dim_v) {
-          *reinterpret_cast<uint32_t*>(out + col) = pack_pair<T>(x0, x1);
-          bad |= non_finite(x0) || non_finite(x1);
-        } else if (col < p.head_dim_v) {
-          out[col] = from_float<T>(x0);
-          bad |= non_finite(x0);
-        }
-      }
-      if (p.lse != nullptr && warpgroup == 0 && quad == 0)
-        p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
-              hi.y * p.lse_strides.row] =
-            top == kMinusInf ? kMinusInf : (base + log2f(total)) * kLn2;
-    } else {
-      const int64_t slot = int64_t(b.split) * rows_total + row;
-      float* partial = p.partial_out + slot * p.dv_ws;
-      // Pairs are 8-byte aligned when the row stride is even (the workspace is 16-byte aligned).
-      const bool pairs = p.dv_ws % 2 == 0;
-#pragma unroll
-      for (int n = 0; n < kOutTiles; ++n) {
-        const int col = warpgroup * kHalfDv + n * 8 + 2 * quad;
-        if (pairs && col + 1 < p.head_dim_v) {
-          *reinterpret_cast<float2*>(partial + col) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
-        } else {
-          if (col < p.head_dim_v) partial[col] = o[n][2 * h];
-          if (col + 1 < p.head_dim_v) partial[col + 1] = o[n][2 * h + 1];
-        }
-      }
-      if (warpgroup == 0 && quad == 0) reinterpret_cast<float2*>(p.partial_max_sum)[slot] = max_sum;
-    }
-  }
-  return bad;
-}
-
-// Several splits, when the partial rows take 16-byte vectors: the split's
-// unnormalized rows go through shared memory (`staging`, at
-// mla_staging_offset) and leave as whole rows, each warp storing 512
-// contiguous bytes at a time. A block's packed rows are consecutive rows of
-// the partials.
-// (Stored from the accumulator layout, each instruction wrote 8-byte pieces
-// of 8 rows: ~5 us for the 16.8 MB of all blocks at once.)
-// A warpgroup's accumulators into its columns of the staged rows.
-template <int kHalfDv>
-__device__ __forceinline__ void stage_rows(const OutFragments<kHalfDv>& o, float* staging,
-                                           int warpgroup, int warp, int group, int quad) {
-  constexpr int kStagedRow = mla_staged_row(kHalfDv);
-  constexpr int kOutTiles = kHalfDv / 8;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float* row =
-        staging + (warp * 16 + group + 8 * h) * kStagedRow + warpgroup * kHalfDv + 2 * quad;
-#pragma unroll
-    for (int n = 0; n < kOutTiles; ++n)
-      *reinterpret_cast<float2*>(row + n * 8) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
-  }
-}
-template <int kHalfDv>
-__device__ __forceinline__ void store_partial_staged(const DecodeParams& p,
-                                                     const decode_kernel::DecodeBlock& b,
-                                                     const OutFragments<kHalfDv>& o,
-                                                     const float2* stats, float* staging,
-                                                     int warpgroup, int warp, int group, int quad) {
-  constexpr int kStagedRow = mla_staged_row(kHalfDv);
-  stage_rows<kHalfDv>(o, staging, warpgroup, warp, group, quad);
-  __syncthreads();
-  const int64_t first_row = decode_kernel::first_partial_row(p, b);
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int vectors = p.head_dim_v / 4;  // dv_ws == head_dim_v
-  for (int r = static_cast<int>(threadIdx.x) / 32; r < b.rows_here; r += kMlaThreads / 32) {
-    float4* out = reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws);
-    const float4* in = reinterpret_cast<const float4*>(staging + r * kStagedRow);
-    for (int c = lane; c < vectors; c += 32) out[c] = in[c];
-  }
-  if (static_cast<int>(threadIdx.x) < b.rows_here)
-    reinterpret_cast<float2*>(p.partial_max_sum)[first_row + threadIdx.x] = stats[threadIdx.x];
-}
-
-// Split pairs (two-block clusters of splits 2k and 2k + 1, see launch_mla):
-// both blocks stage their rows, then each merges half of the columns of the
-// pair (its own rows from shared memory, the partner's through the cluster,
-// both weighted to the larger of the two maxima). With two splits in all the
-// pair holds every key of its rows and writes out and lse itself, the sink
-// in the denominator, and no combine runs; else it stores split k of the
-// partials, (max, sum) from rank 0: the combine reads half the bytes.
-// kWritesOut: the pair is every split (num_splits == 2; an instance of its
-// own, so that the many-split kernel keeps its code: with a run-time branch
-// the 64-split call was 1-1.8 us slower, bench/NOTES.md, session 35).
-// `weights`: 64 float2 of shared memory for the rows' two weights. (With
-// every load of a thread in flight at once instead of 4, and the weights
-// worked out per element, the call took 1.7 us longer: bench/NOTES.md,
-// session 9.)
-template <typename T, bool kWritesOut, int kHalfDv>
-__device__ __forceinline__ void store_pair_merged(const DecodeParams& p,
-                                                  const decode_kernel::DecodeBlock& b,
-                                                  const OutFragments<kHalfDv>& o,
-                                                  const float2* stats, float* staging,
-                                                  float2* weights, int warpgroup, int warp,
-                                                  int group, int quad) {
-  using decode_kernel::RowTotals;
-  constexpr int kStagedRow = mla_staged_row(kHalfDv);
-  stage_rows<kHalfDv>(o, staging, warpgroup, warp, group, quad);
-  cluster_arrive();
-  cluster_wait();  // both blocks' rows and statistics staged
-  const uint32_t rank = cluster_rank(), partner = rank ^ 1u;
-  decode_kernel::DecodeBlock merged = b;
-  merged.split = b.split / 2;
-  const int64_t first_row = decode_kernel::first_partial_row(p, merged);
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < kMlaRows) {
-    const float2 own = stats[t];
-    const float2 other = load_cluster_float2(cluster_address(shared_address(stats + t), partner));
-    const bool row_here = t < b.rows_here;
-    const int2 hi = row_here ? decode_kernel::packed_row(p, b, t) : make_int2(0, 0);
-    const float sink = kWritesOut && row_here
-                           ? sink_log2(p.semantics.sinks, p.semantics.sink_stride, hi.x)
-                           : kMinusInf;
-    RowTotals totals;
-    totals.top = fmaxf(fmaxf(own.x, other.x), sink);
-    totals.base = totals.top == kMinusInf ? 0.f : totals.top;
-    const float own_weight = exp2f(own.x - totals.base),
-                other_weight = exp2f(other.x - totals.base);
-    totals.sum = own.y * own_weight + other.y * other_weight + exp2f(sink - totals.base);
-    if constexpr (kWritesOut) {
-      const float scale = totals.sum > 0.f ? 1.f / totals.sum : 0.f;
-      weights[t] = make_float2(own_weight * scale, other_weight * scale);
-      if (rank == 0 && row_here && p.lse != nullptr)
-        p.lse[b.batch * p.lse_strides.batch + hi.x * p.lse_strides.head +
-              hi.y * p.lse_strides.row] = decode_kernel::row_lse(totals);
-    } else {
-      weights[t] = make_float2(own_weight, other_weight);
-      if (rank == 0 && row_here)
-        reinterpret_cast<float2*>(p.partial_max_sum)[first_row + t] =
-            make_float2(totals.top, totals.sum);
-    }
-  }
-  __syncthreads();
-  // This block's 16-byte columns of every row: the first half (rank 0) or the rest.
-  const int vectors = p.head_dim_v / 4;  // dv_ws == head_dim_v
-  const int first = rank == 0 ? 0 : (vectors + 1) / 2;
-  const int count = rank == 0 ? (vectors + 1) / 2 : vectors / 2;
-  const uint32_t remote = cluster_address(shared_address(staging), partner);
-  bool bad = false;
-#pragma unroll 4
-  for (int i = t; i < b.rows_here * count; i += kMlaThreads) {
-    const int r = i / count, c = (first + i % count) * 4;
-    const int offset = r * kStagedRow + c;
-    const float4 a = *reinterpret_cast<const float4*>(staging + offset);
-    const float4 x = load_cluster_float4(remote + offset * 4);
-    const float2 w = weights[r];
-    const float v[4] = {a.x * w.x + x.x * w.y, a.y * w.x + x.y * w.y, a.z * w.x + x.z * w.y,
-                        a.w * w.x + x.w * w.y};
-    if constexpr (kWritesOut)
-      bad |= decode_kernel::store_out_columns<T>(p, b, r, c, v, 1.f);
-    else
-      *reinterpret_cast<float4*>(p.partial_out + (first_row + r) * p.dv_ws + c) =
-          make_float4(v[0], v[1], v[2], v[3]);
-  }
-  cluster_arrive();
-  cluster_wait();  // the partner's reads of this block's rows are done, its stores seen
-  if constexpr (kWritesOut) decode_kernel::repair_block_rows<T>(p, b, bad);
-}
-// Causal prefill: the rows late in a sequence see the most keys, and a grid
-// that reaches them last ends on a few long blocks. Where every row chunk is
-// 64 positions of one head (len_q a multiple of 64), the chunks run by
-// descending position, the heads of a kv group side by side. A permutation of
-// the chunks of each (batch, kv head, split); a no-op otherwise.
-__device__ __forceinline__ int64_t heavy_chunks_first(const DecodeParams& p, int64_t block) {
-  if (!p.semantics.causal || p.len_q % kMlaRows != 0) return block;
-  const int chunk = static_cast<int>(block % p.row_chunks);
-  const int per_head = p.len_q / kMlaRows;  // row_chunks == kv_group_size * per_head
-  const int position = per_head - 1 - chunk / p.kv_group_size;
-  return block - chunk + (chunk % p.kv_group_size) * per_head + position;
-}
-#endif  // FSDPA_WGMMA_ARCH
+#endif                                         // FSDPA_WGMMA_ARCH
 
 // kShapeIndex: the shape in kMlaShapes (the head dims' panels, O's columns a
 // warpgroup, V in the K tile or apart; an index, since nvcc's host stubs do
@@ -410,24 +162,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const int warp = thread / 32, lane = thread % 32, group = lane / 4, quad = lane % 4;
   const bool issuer = threadIdx.x == 128;
 
-  // Split pairs: consecutive blocks are splits 2k and 2k + 1 of one row chunk
-  // (decode_block's order has the row chunk fastest).
-  const bool pairs = cluster_blocks() == 2;
-  int64_t block = blockIdx.x;
-  if (pairs) {
-    const int64_t split = block % p.num_splits, rest = block / p.num_splits;
-    block = (rest / p.row_chunks * p.num_splits + split) * p.row_chunks + rest % p.row_chunks;
-  }
-  const DecodeBlock blk = decode_block<kList>(p, kMlaRows, heavy_chunks_first(p, block));
-  allow_next_launch();
-  // Nothing to do past the sequence's last split (decode_block; a list holds
-  // no such block). A pair runs where its first split has keys: where the
-  // sequence ends in that split (one sequence with its own length, so no
-  // list), the second block runs with none, since its partner merges its
-  // rows through the cluster (store_pair_merged).
-  const bool runs =
-      pairs ? blk.split / 2 * 2 < sequence_splits(p, blk.len_k, blk.split_keys) : blk.valid;
-  if (!runs) return;
+  const MlaBlock mla_blk = mla_block<kList>(p);
+  if (!mla_blk.runs) return;
+  const DecodeBlock& blk = mla_blk.blk;
+  const bool pairs = mla_blk.pairs;
   const BlockKeys keys = block_keys(p, blk);
   // Tiles start on multiples of 32 keys: on a paged cache (pages of 8 or 16
   // rows, or of a multiple of 32: see decode_mla_supports) a tile is then one
@@ -808,40 +546,24 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
 
 namespace {
 
-// What every shape of the kernel needs of the rows and the device: TMA's
-// 16-byte rows, a 90a build and device, the shape's shared memory.
-Verdict mla_device_supports(const Problem& p, const char* kernel, MlaShape shape) {
+// What a kernel of the MLA family needs of the rows and the device: TMA's
+// 16-byte rows (of `operands`), a 90a build and device, `shared_bytes`.
+Verdict mla_device_supports(const Problem& p, const char* kernel, const char* operands,
+                            size_t shared_bytes) {
   if (p.row_alignment < 16)
     return Verdict::no("rows are " + std::to_string(p.row_alignment) + "-byte aligned; " + kernel +
-                       "'s TMA loads need 16 (" +
-                       (shape.separate_v ? "q, k, v, out" : "q, k, out") + ")");
+                       "'s TMA loads need 16 (" + operands + ")");
   if (!kWgmmaKernelsBuilt)
     return Verdict::no("the wgmma kernels are not built: FSDPA_CUDA_ARCHS has no 90a");
   if (const std::string why = wgmma_device_mismatch(p.device.index); !why.empty())
     return Verdict::no(why);
   if (const DeviceInfo* device = planning_device(p.device.index))
-    return fits_shared_memory(kernel, mla_shared_bytes(shape), block_shared_memory(*device), p);
+    return fits_shared_memory(kernel, shared_bytes, block_shared_memory(*device), p);
   return Verdict::yes();
 }
 
-// What the MLA kernel needs, at any len_q.
-Verdict mla_kernel_supports(const Problem& p, const Options& options) {
-  if (Verdict common = decode_kernel_supports(p, options); !common.ok) return common;
-  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
-    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
-                              " is not one of f16, bf16");
-  if (!p.v_aliases_k)
-    return Verdict::other_row(
-        "v is not a view of the first head_dim_v columns of k (MLA aliasing)");
-  if (p.head_dim_qk <= 512)
-    return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) +
-                              ": the MLA kernel serves 512 < head_dim_qk <= 576");
-  if (p.page_size > 0 && mla_tile_boxes(p.page_size) == 0)
-    return Verdict::other_row("page_size=" + std::to_string(p.page_size) +
-                              ": the MLA kernel's TMA boxes take pages of 8, 16 or a multiple of " +
-                              std::to_string(kMlaTileK) + " rows; cuda_fused_decode serves others");
-  return mla_device_supports(p, "the MLA kernel", kMlaShapes[kMlaLatent]);
-}
+const MlaKernelFacts kMlaKernelFacts{"the MLA kernel", mla_tile_boxes, "8, 16 or a multiple of 32",
+                                     mla_shared_bytes(kMlaShapes[kMlaLatent])};
 
 // The wide shape (its index in kMlaShapes) that serves the head dims, or -1:
 // above Dqk 320 the smallest that covers them (384/384, 512/512, 576/512).
@@ -878,9 +600,28 @@ WideLaunch wide_launch(DType dtype, int shape) {
 
 }  // namespace
 
+Verdict mla_latent_supports(const Problem& p, const Options& options,
+                            const MlaKernelFacts& kernel) {
+  if (Verdict common = decode_kernel_supports(p, options); !common.ok) return common;
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
+                              " is not one of f16, bf16");
+  if (!p.v_aliases_k)
+    return Verdict::other_row(
+        "v is not a view of the first head_dim_v columns of k (MLA aliasing)");
+  if (p.head_dim_qk <= 512)
+    return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) + ": " + kernel.name +
+                              " serves 512 < head_dim_qk <= 576");
+  if (p.page_size > 0 && kernel.tile_boxes(p.page_size) == 0)
+    return Verdict::other_row("page_size=" + std::to_string(p.page_size) + ": " + kernel.name +
+                              "'s TMA boxes take pages of " + kernel.pages +
+                              " rows; cuda_fused_decode serves others");
+  return mla_device_supports(p, kernel.name, "q, k, out", kernel.shared_bytes);
+}
+
 Verdict decode_mla_supports(const Problem& p, const Options& options) {
   if (Verdict limit = decode_supports(p, options); !limit.ok) return limit;
-  return mla_kernel_supports(p, options);
+  return mla_latent_supports(p, options, kMlaKernelFacts);
 }
 
 // Past the decode limit a block's 64 packed rows are 64 query positions of
@@ -891,7 +632,7 @@ Verdict prefill_mla_supports(const Problem& p, const Options& options) {
   if (p.len_q <= kDecodeMaxLenQ)
     return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
                               std::to_string(kDecodeMaxLenQ) + " (decode family)");
-  return mla_kernel_supports(p, options);
+  return mla_latent_supports(p, options, kMlaKernelFacts);
 }
 
 // Dv above 256: S once for O's two column halves, where the column-slice
@@ -915,8 +656,8 @@ Verdict prefill_wide_supports(const Problem& p, const Options&) {
         "wgmma kernel's column slices measured faster");
   if (Verdict dense = dense_kv_only(p); !dense.ok) return dense;
   if (Verdict indices = decode_index_limits(p); !indices.ok) return indices;
-  return mla_device_supports(p, "the wide kernel",
-                             kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)]);
+  return mla_device_supports(p, "the wide kernel", "q, k, v, out",
+                             mla_shared_bytes(kMlaShapes[wide_shape(p.head_dim_qk, p.head_dim_v)]));
 }
 
 void prefill_wide_configure(const Problem& p, Plan& plan) {
