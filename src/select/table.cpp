@@ -30,12 +30,18 @@ const KernelRow kTable[] = {
      "split-K on tensor cores (f16/bf16; tilings per shared memory a block: 227, 163 and 99 "
      "KB) or CUDA cores (f32) + combine; rows of any alignment (narrow copies below 16 bytes); "
      "dense or paged KV caches, per-sequence key lengths"},
+    {"cuda_fused_prefill_mla_alternating", Backend::CUDA, Path::FusedPrefill,
+     cuda::prefill_mla_alternating_supports, cuda::prefill_mla_alternating_configure,
+     cuda::prefill_mla_alternating_launch,
+     "MLA prefill (Lq past the decode limit; 512 < Dqk <= 576, Dv <= 512, v a view of k's "
+     "first Dv columns), bf16/f16, sm_90 only: 64 query positions per block, 64-key tiles that "
+     "alternate between two warpgroups (each the S and softmax of its own tiles, P V of both "
+     "for half of O's columns), split-K where the rows leave SMs idle; rows 16-byte aligned "
+     "(TMA); dense or paged (pages of 8, 16, 32 or a multiple of 64 rows)"},
     {"cuda_fused_prefill_mla", Backend::CUDA, Path::FusedPrefill, cuda::prefill_mla_supports,
      cuda::decode_mla_configure, cuda::decode_mla_launch,
-     "MLA prefill (Lq past the decode limit; 512 < Dqk <= 576, Dv <= 512, v a view of k's "
-     "first Dv columns), bf16/f16, sm_90 only: the MLA decode kernel with 64 query positions "
-     "per block (each K tile read once for S and P V), split-K where the rows leave SMs idle; "
-     "rows 16-byte aligned (TMA); dense or paged as the decode row"},
+     "MLA prefill as cuda_fused_prefill_mla_alternating on the MLA decode kernel (32-key "
+     "tiles): the page sizes that row does not take (other multiples of 32)"},
     {"cuda_fused_prefill_wide", Backend::CUDA, Path::FusedPrefill, cuda::prefill_wide_supports,
      cuda::prefill_wide_configure, cuda::prefill_wide_launch,
      "prefill with Dv above 256 and Dqk above 320 (shapes 384/384, 512/512, 576/512), bf16/f16, "

@@ -108,8 +108,8 @@ inline std::vector<std::string> prefill_rows(DType dtype) {
   for (const auto& pair : detail::cuda::prefill_bucket_pairs())
     hopper_built = hopper_built || pair.hopper_compiled;
   if (hopper_built && detail::cuda::device_info(0).compute_capability == 90)
-    return {"cuda_fused_prefill_mla", "cuda_fused_prefill_wide", "cuda_fused_prefill_hopper",
-            "cuda_fused_prefill"};
+    return {"cuda_fused_prefill_mla_alternating", "cuda_fused_prefill_mla",
+            "cuda_fused_prefill_wide", "cuda_fused_prefill_hopper", "cuda_fused_prefill"};
   return {"cuda_fused_prefill"};
 }
 

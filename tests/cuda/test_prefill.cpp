@@ -788,7 +788,7 @@ TEST(PrefillSelection, MlaPrefillRunsTheMlaKernel) {
   if (prefill_rows(DType::BF16).size() == 1) GTEST_SKIP() << "no wgmma kernels on this device";
   const Plan chunk = plan(mla, forced());
   EXPECT_EQ(chunk.path, Path::FusedPrefill);
-  EXPECT_EQ(chunk.kernel, "cuda_fused_prefill_mla");
+  EXPECT_EQ(chunk.kernel, "cuda_fused_prefill_mla_alternating");
   EXPECT_EQ(chunk.num_kv_splits, 1);  // 8192 row chunks of 64 fill the GPU
   EXPECT_EQ(chunk.workspace_bytes, 0u);
   EXPECT_EQ(chunk.tile_q, 64);

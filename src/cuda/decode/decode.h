@@ -29,6 +29,15 @@ Verdict decode_mla_supports(const Problem& problem, const Options& options);
 Verdict prefill_mla_supports(const Problem& problem, const Options& options);
 void decode_mla_configure(const Problem& problem, Plan& plan);
 void decode_mla_launch(const Plan& plan, const Tensors& tensors, void* workspace, void* stream);
+// The alternating-tile MLA kernel (decode_mla_latent.cu): the prefill row's
+// problems (but pages of 8, 16, 32 or a multiple of 64 rows). It measured
+// faster than decode_mla.cu's kernel on long key loops (MLA prefill) and
+// slower on decode's short ones (bench/NOTES.md, session 48), so only the
+// prefill family routes to it.
+Verdict prefill_mla_alternating_supports(const Problem& problem, const Options& options);
+void prefill_mla_alternating_configure(const Problem& problem, Plan& plan);
+void prefill_mla_alternating_launch(const Plan& plan, const Tensors& tensors, void* workspace,
+                                    void* stream);
 // The same kernel with V tiles of its own: prefill with Dv above 256 where
 // computing S once for both of O's column halves measured faster than the
 // column slices (Dqk above 320). The plan carries the

@@ -467,6 +467,37 @@ static_assert(mla_shapes_fit(), "every shape fits the H100/H200 opt-in limit, wh
 static_assert(mla_tile_boxes(8) == 4 && mla_tile_boxes(16) == 2 && mla_tile_boxes(64) == 1 &&
               mla_tile_boxes(24) == 0 && mla_tile_boxes(0) == 0);
 
+// The alternating-tile MLA kernel (decode_mla_latent.cu), for the latent
+// cache: 64-key tiles in two buffers of kMlaHeadDimQk / 64 panels; warpgroup
+// w computes S = Q K^T (m64n64) and the softmax of the tiles in buffer w,
+// so one warpgroup's softmax overlaps the other's products, and each takes
+// P V of both tiles for its 256 of O's columns. Splits and tiles start on
+// multiples of kMlaAlternatingTileK keys.
+inline constexpr int kMlaAlternatingTileK = 64;
+inline constexpr int kMlaAlternatingPanels = kMlaHeadDimQk / 64;
+// A panel of Q (64 rows) or of a K tile (64 keys): 64 rows of 128 bytes.
+inline constexpr size_t kMlaAlternatingPanelBytes = size_t{64} * 128;
+// The TMA boxes, of one page's rows each, in which a panel of a K tile
+// arrives from a page pool of `page_size` rows: 8, 4, 2 (pages of 8, 16,
+// 32), 1 (a multiple of 64); 0 for other sizes, which the kernel does not
+// take (the MLA kernel of 32-key tiles serves other multiples of 32).
+constexpr int mla_alternating_tile_boxes(int64_t page_size) {
+  if (page_size == 8 || page_size == 16 || page_size == 32)
+    return static_cast<int>(kMlaAlternatingTileK / page_size);
+  return page_size > 0 && page_size % kMlaAlternatingTileK == 0 ? 1 : 0;
+}
+static_assert(mla_alternating_tile_boxes(8) == 8 && mla_alternating_tile_boxes(32) == 2 &&
+              mla_alternating_tile_boxes(128) == 1 && mla_alternating_tile_boxes(96) == 0 &&
+              mla_alternating_tile_boxes(0) == 0);
+// Shared memory: Q and the two tile buffers (panels of 8 KB); the running
+// row max after each tile of a pair (2 x 64 floats); the row statistics and the split pairs'
+// weights (128 float2); the second warpgroup's row sums (64 floats); one mbarrier per panel of each
+// buffer and Q's; plus 1 KB to align the panels to 1024 bytes.
+inline constexpr size_t kMlaAlternatingSharedBytes =
+    1024 + size_t{3} * kMlaAlternatingPanels * kMlaAlternatingPanelBytes + 128 * 4 + 128 * 8 +
+    64 * 4 + (2 * size_t{kMlaAlternatingPanels} + 1) * 8;
+static_assert(kMlaAlternatingSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
+
 // Every bucket has a tiling of at least two stages in every class.
 constexpr bool decode_mma_tiled_in_every_class(int dqk, int dv) {
   for (int c = 0; c < kSharedClasses; ++c)
