@@ -492,10 +492,10 @@ static_assert(mla_alternating_tile_boxes(8) == 8 && mla_alternating_tile_boxes(3
 // Shared memory: Q and the two tile buffers (panels of 8 KB); the running
 // row max after each tile of a pair (2 x 64 floats); the row statistics and the split pairs'
 // weights (128 float2); the second warpgroup's row sums (64 floats); one mbarrier per panel of each
-// buffer and Q's; plus 1 KB to align the panels to 1024 bytes.
+// buffer, Q's and a pair's four hand-offs; plus 1 KB to align the panels to 1024 bytes.
 inline constexpr size_t kMlaAlternatingSharedBytes =
     1024 + size_t{3} * kMlaAlternatingPanels * kMlaAlternatingPanelBytes + 128 * 4 + 128 * 8 +
-    64 * 4 + (2 * size_t{kMlaAlternatingPanels} + 1) * 8;
+    64 * 4 + (2 * size_t{kMlaAlternatingPanels} + 5) * 8;
 static_assert(kMlaAlternatingSharedBytes <= 227 * 1024, "fits the H100/H200 opt-in limit");
 
 // Every bucket has a tiling of at least two stages in every class.

@@ -69,11 +69,6 @@ constexpr int kKSteps = kTileK / 16;   // k-steps of P V
 constexpr int kPPanel = kPanels - 1;   // where a tile's P lies: K's columns V does not read
 static_assert(kPPanel == 2 * kVPanels, "V is the tile's first 8 panels, P over the 9th");
 
-// The named barriers of a pair's hand-offs (0 is __syncthreads): warpgroup
-// 0's row max of its tile written, then warpgroup 1's; P of tile 2j stored
-// (warpgroup 0), P of tile 2j + 1 stored (warpgroup 1).
-constexpr int kMaxA = 1, kMaxB = 2, kPA = 3, kPB = 4;
-
 // P of the warpgroup's tile (its register A fragments) into the 128-byte
 // swizzled panel at shared address `panel`, the layout of a K-major wgmma A
 // operand: row r, 16-byte chunk c at r * 128 + (c ^ (r % 8)) * 16. Each
@@ -134,6 +129,12 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     return barriers + 8u * static_cast<uint32_t>(buffer * kPanels + panel);
   };
   const uint32_t q_full = barriers + 8u * 2 * kPanels;
+  // A pair's hand-offs between the warpgroups, each a phase a pair that all
+  // 128 threads of one warpgroup complete: warpgroup 0's row max after tile
+  // 2j written (max_a), warpgroup 1's after tile 2j + 1 (max_b); P of tile
+  // 2j stored (p_a), of tile 2j + 1 (p_b). Neither side can run two pairs
+  // ahead of the other's wait (each arrival follows a wait on the other).
+  const StageBarriers<1> max_a(q_full + 8), max_b(q_full + 16), p_a(q_full + 24), p_b(q_full + 32);
 
   // Through a shuffle, so that ptxas knows the warpgroup is the same in every
   // lane of a warp (uniform branches, descriptors in uniform registers).
@@ -203,6 +204,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     for (int buffer = 0; buffer < 2; ++buffer)
       for (int panel = 0; panel < kPanels; ++panel) barrier_init(panel_full(buffer, panel));
     barrier_init(q_full);
+    max_a.init(128), max_b.init(128), p_a.init(128), p_b.init(128);
     barrier_init_fence();
     if (q_by_tma) barrier_expect_bytes(q_full, kPanels * kPanelBytes);
   }
@@ -314,8 +316,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       for (int h = 0; h < 2; ++h)
         softmax_row(s, 0, h, row_tile_max(s, 0, h, map), row_max, row_sum, factor, map, moved);
       if (quad == 0) max_a_s[row0] = row_max[0][0], max_a_s[row0 + 8] = row_max[0][1];
-      named_barrier_arrive(kMaxA, kMlaThreads);
-      named_barrier_sync(kMaxB, kMlaThreads);
+      max_a.arrive(pair);
+      max_b.wait(pair);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float agreed = max_b_s[row0 + 8 * h];
@@ -332,7 +334,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     } else {
       // The max after tile 2j is this tile's reference: this warpgroup's sum
       // comes to it first, then tile 2j + 1 moves it (softmax_row).
-      named_barrier_sync(kMaxA, kMlaThreads);
+      max_a.wait(pair);
       float to_a[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -348,13 +350,13 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
         moved |= to_a[h] != 1.f;
       }
       if (quad == 0) max_b_s[row0] = row_max[0][0], max_b_s[row0 + 8] = row_max[0][1];
-      named_barrier_arrive(kMaxB, kMlaThreads);
+      max_b.arrive(pair);
     }
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) p_fragment<T>(pa[kk], s[0], kk);
     store_p_panel(pa, own_buffer + kPPanel * kPanelBytes, warp, group, quad);
     fence_async_shared();  // P's stores before the other warpgroup's wgmma reads them
-    named_barrier_arrive(warpgroup == 0 ? kPA : kPB, kMlaThreads);
+    (warpgroup == 0 ? p_a : p_b).arrive(pair);
     if (pair > 0 && __any_sync(0xffffffffu, moved)) rescale_output(o, factor);
 
     // P V of this warpgroup's tile (P from registers), then of the other's
@@ -364,7 +366,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     for (int kk = 0; kk < kKSteps; ++kk)
       wgmma_rs<T, kHalfDv>(o[0], pa[kk], at(own_v_descriptor, kk * 16 * 128), pair > 0 || kk > 0);
     wgmma_commit();
-    named_barrier_sync(warpgroup == 0 ? kPB : kPA, kMlaThreads);
+    (warpgroup == 0 ? p_b : p_a).wait(pair);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk)
