@@ -67,10 +67,23 @@ struct MlaKernelFacts {
   size_t shared_bytes;
 };
 
+// The prefill rows of the MLA kernels serve query runs past the decode limit
+// (kDecodeMaxLenQ); within it a query run is the decode family's.
+Verdict past_decode_limit(const Problem& problem);
+
+// The latent-cache MLA kernels' instances are the 576/512 bucket's: compiled
+// when FSDPA_HEAD_DIMS selects it, as the decode family's 576/512 instances
+// are (CMake defines FSDPA_BUILT_DECODE_576x512).
+#if defined(FSDPA_BUILT_DECODE_576x512)
+inline constexpr bool kMlaLatentBuilt = true;
+#else
+inline constexpr bool kMlaLatentBuilt = false;
+#endif
+
 // What a latent-cache MLA kernel (decode_mla.cu, decode_mla_latent.cu) needs
 // of a problem at any len_q: bf16/f16, v a view of k's first Dv columns,
-// 512 < Dqk <= 576, a page size it takes, TMA's 16-byte rows, a 90a build
-// and device, its shared memory.
+// 512 < Dqk <= 576, its instances compiled, a page size it takes, TMA's
+// 16-byte rows, a 90a build and device, its shared memory.
 Verdict mla_latent_supports(const Problem& problem, const Options& options,
                             const MlaKernelFacts& kernel);
 

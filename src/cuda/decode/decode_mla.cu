@@ -181,24 +181,10 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const int num_tiles =
       keys.end > keys.begin ? (keys.end - first_key + kMlaTileK - 1) / kMlaTileK : 0;
 
-  // The pool pages of tile t's boxes and the row of its first key in the
-  // first of them. A tile past the table's last column reads that column's
-  // page (its keys are past the sequence, masked).
-  struct TilePages {
-    int page[kTileBoxes];
-    int row;
-  };
-  const uint32_t table_columns =
-      paged ? static_cast<uint32_t>(p.kv.len_k) / static_cast<uint32_t>(p.kv.page_size) : 0;
+  using Pages = TilePages<kTileBoxes>;
+  const uint32_t columns = paged ? table_columns(p) : 0;
   auto tile_pages = [&](int tile) {
-    TilePages pages{};
-    const PageSlot slot = page_slot(p.kv, first_key + tile * kMlaTileK);
-    pages.row = static_cast<int>(slot.row);
-#pragma unroll
-    for (int box = 0; box < kTileBoxes; ++box)
-      pages.page[box] = static_cast<int>(page_of(
-          p.kv, blk.batch, min(static_cast<uint32_t>(slot.column) + box, table_columns - 1)));
-    return pages;
+    return mla::tile_pages<kTileBoxes>(p, blk.batch, first_key + tile * kMlaTileK, columns);
   };
 
   // Tile t: keys [first_key + 32 t, +32) into stage t % stages, all of K's
@@ -214,7 +200,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
                   panel * 64, first_key + tile * kMlaTileK, blk.kv_head * v_map.head_step,
                   blk.batch * v_map.batch_step);
   };
-  auto load_tile = [&](int tile, const TilePages& pages) {
+  auto load_tile = [&](int tile, const Pages& pages) {
     const uint32_t stage = shared_k + tile % kStages * kStageBytes;
     barrier_expect_bytes(full.at(tile), kKTileBytes);
     if constexpr (!paged) {
@@ -235,7 +221,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     }
   };
   auto load_tile_now = [&](int tile) {
-    load_tile(tile, paged ? tile_pages(tile) : TilePages{});
+    load_tile(tile, paged ? tile_pages(tile) : Pages{});
     if constexpr (kSeparateV) load_v(tile);
   };
   if (issuer) {
@@ -343,17 +329,8 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
                              k0 + kMlaTileK <= keys.common_end;
       if (!full_tile) {
 #pragma unroll
-        for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2, key = k0 + n * 8 + 2 * quad + e % 2;
-            float x = kMinusInf;
-            if (key < keys.end && key >= range[h].x && key < range[h].y) {
-              x = capped_score(p, s[0][n][e] * p.scale_log2);
-              if (has_mask) x += mask_term(p, mask_row[h], key);
-            }
-            s[0][n][e] = x;
-          }
+        for (int h = 0; h < 2; ++h)
+          mask_scores(p, s[0], h, k0, keys.end, range[h], mask_row[h], has_mask, quad);
       }
       float correction[1][2];
       const bool rescale = softmax_scores(s, row_max, row_sum, correction,
@@ -375,7 +352,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     for (int it = 0; it < num_tiles; ++it) {
       // The refill's page lookups first: their loads overlap the waits below.
       const bool refill = issuer && it + kStages < num_tiles;
-      const TilePages ahead = paged && refill ? tile_pages(it + kStages) : TilePages{};
+      const Pages ahead = paged && refill ? tile_pages(it + kStages) : Pages{};
       p_written.wait(it);
       // V apart: S of tile it completed before P was written, so K's slot
       // takes its refill now, a P V earlier than V's.
@@ -459,34 +436,30 @@ MlaKernel mla_kernel(bool list, bool pair_out) {
 // The latent cache's kernel for a page size (0: dense), with or without a list.
 template <typename T>
 MlaKernel latent_kernel(int boxes, bool list, bool pair_out) {
-  switch (boxes) {
-    case 0:
-      return mla_kernel<T, 0>(list, pair_out);
-    case 1:
-      return mla_kernel<T, 1>(list, pair_out);
-    case 2:
-      return mla_kernel<T, 2>(list, pair_out);
-    case 4:
-      return mla_kernel<T, 4>(list, pair_out);
-    default:
-      throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
-                  " boxes");
+  if constexpr (!kMlaLatentBuilt) {
+    throw Error("fsdpa: internal: the MLA kernel's 576/512 instances are not compiled");
+  } else {
+    switch (boxes) {
+      case 0:
+        return mla_kernel<T, 0>(list, pair_out);
+      case 1:
+        return mla_kernel<T, 1>(list, pair_out);
+      case 2:
+        return mla_kernel<T, 2>(list, pair_out);
+      case 4:
+        return mla_kernel<T, 4>(list, pair_out);
+      default:
+        throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
+                    " boxes");
+    }
   }
 }
 
 template <typename T, int kShapeIndex>
 void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   constexpr MlaShape kShape = kMlaShapes[kShapeIndex];
-  const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
-  // Dense k [B, Hkv, Lk, D] in 32-key boxes; a pool [pages, page_size, Hkv,
-  // D] in boxes of a page's rows (at most 32).
   const bool paged = p.kv.block_table != nullptr;
-  const TileMap k_map =
-      paged ? make_swizzle128_map(p.k, p.kv.num_pages, p.heads_kv, p.kv.page_size, p.head_dim_qk,
-                                  k_strides,
-                                  static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaTileK)))
-            : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
-                                  kMlaTileK);
+  const TileMap k_map = mla_k_map(p, kMlaTileK);
   TileMap v_map{};
   if constexpr (kShape.separate_v) {
     const int64_t v_strides[3] = {p.v_strides.outer, p.v_strides.head, p.v_strides.row};
@@ -494,27 +467,7 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
         make_swizzle128_map(p.v, p.batch, p.heads_kv, p.len_k, p.head_dim_v, v_strides, kMlaTileK);
   }
   const int64_t blocks = decode_grid_blocks(p);
-  // Split pairs merge in two-block clusters where the splits pair up and the
-  // partials are staged: the combine then reads half the partials (MLA 32.1
-  // -> 30.9 us a call, bench/NOTES.md, session 9); not where the blocks are
-  // a list of splits over the lengths (decode_block), whose neighbours need
-  // not be one row chunk's.
-  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p) && p.split_slots == 0;
-  // Q by TMA where a box of 64 / Lq heads x Lq rows is a block's 64 packed
-  // rows, and the heads are not broadcast (stride 0: the map would hold one
-  // head). Else by cp.async (load_q). Read by TMA once for both blocks of a
-  // split pair (multicast, the pair shares its row chunk), the call was 0.5 us
-  // slower than with each block reading its own (bench/NOTES.md, session 10).
-  const bool q_by_tma = kMlaRows % p.len_q == 0 && (p.heads_q == 1 || p.q_strides.head != 0);
-  TileMap q_map{};
-  if (q_by_tma) {
-    const int64_t q_strides[3] = {p.q_strides.batch, p.q_strides.head, p.q_strides.row};
-    q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
-                                kMlaRows / p.len_q);
-  }
-  const bool list = p.split_slots != 0;
-  // A pair of the only two splits writes out itself: no combine.
-  const bool pair_out = pairs && p.num_splits == 2;
+  const MlaLaunch launch = mla_launch(p);
   // A paged pool's page size is one mla_tile_boxes takes (decode_mla_supports).
   const int boxes = paged ? mla_tile_boxes(p.kv.page_size) : 0;
   if (paged && boxes == 0)
@@ -523,21 +476,17 @@ void launch_mla(const DecodeParams& p, cudaStream_t stream) {
   MlaKernel kernel = nullptr;
   if constexpr (kShape.separate_v) {
     // The wide row: dense k and v, no list (prefill_wide_configure).
-    if (paged || list)
+    if (paged || launch.list)
       throw Error("fsdpa: internal: the wide prefill kernel takes neither pages nor a list");
-    kernel = pair_out ? decode_mla_kernel<T, kShapeIndex, 0, false, true>
-                      : decode_mla_kernel<T, kShapeIndex, 0, false, false>;
+    kernel = launch.pair_out ? decode_mla_kernel<T, kShapeIndex, 0, false, true>
+                             : decode_mla_kernel<T, kShapeIndex, 0, false, false>;
   } else {
-    kernel = latent_kernel<T>(boxes, list, pair_out);
+    kernel = latent_kernel<T>(boxes, launch.list, launch.pair_out);
   }
-  launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), pairs ? 2 : 1,
+  launch_programmatic_clusters(kernel, dim3(static_cast<unsigned>(blocks)), launch.pairs ? 2 : 1,
                                kMlaThreads, mla_shared_bytes(kShape), stream, "decode_mla_kernel",
-                               p, k_map, v_map, q_map, q_by_tma ? 1 : 0);
-  if (p.num_splits > 1 && !pair_out) {
-    DecodeParams merged = p;
-    if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
-    launch_decode_combine<T>(merged, stream);
-  }
+                               p, k_map, v_map, launch.q_map, launch.q_by_tma ? 1 : 0);
+  launch_mla_combine<T>(p, launch, stream);
 }
 
 }  // namespace
@@ -612,6 +561,10 @@ Verdict mla_latent_supports(const Problem& p, const Options& options,
   if (p.head_dim_qk <= 512)
     return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) + ": " + kernel.name +
                               " serves 512 < head_dim_qk <= 576");
+  if (!kMlaLatentBuilt)
+    return Verdict::no(std::string(kernel.name) +
+                       "'s 576/512 instances are not compiled into this build (FSDPA_HEAD_DIMS "
+                       "has no 576)");
   if (p.page_size > 0 && kernel.tile_boxes(p.page_size) == 0)
     return Verdict::other_row("page_size=" + std::to_string(p.page_size) + ": " + kernel.name +
                               "'s TMA boxes take pages of " + kernel.pages +
@@ -624,14 +577,19 @@ Verdict decode_mla_supports(const Problem& p, const Options& options) {
   return mla_latent_supports(p, options, kMlaKernelFacts);
 }
 
+Verdict past_decode_limit(const Problem& p) {
+  if (p.len_q <= kDecodeMaxLenQ)
+    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
+                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  return Verdict::yes();
+}
+
 // Past the decode limit a block's 64 packed rows are 64 query positions of
 // one head (or of several, where 64 is not a multiple of len_q); the key
 // loop, the masks and the epilogue are the decode kernel's, and the split
 // count comes out 1 once the row chunks fill the GPU.
 Verdict prefill_mla_supports(const Problem& p, const Options& options) {
-  if (p.len_q <= kDecodeMaxLenQ)
-    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
-                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  if (Verdict limit = past_decode_limit(p); !limit.ok) return limit;
   return mla_latent_supports(p, options, kMlaKernelFacts);
 }
 
@@ -639,9 +597,7 @@ Verdict prefill_mla_supports(const Problem& p, const Options& options) {
 // kernels compute it once a slice. The MLA kernel's loop with V tiles of
 // their own, on dense k and v.
 Verdict prefill_wide_supports(const Problem& p, const Options&) {
-  if (p.len_q <= kDecodeMaxLenQ)
-    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
-                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  if (Verdict limit = past_decode_limit(p); !limit.ok) return limit;
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
     return Verdict::other_row(std::string("dtype ") + to_string(p.dtype) +
                               " is not one of f16, bf16");

@@ -1,21 +1,27 @@
 // The pieces both MLA kernels share (decode_mla.cu: the kernel of 32-key
 // tiles and the wide prefill row; decode_mla_latent.cu: the alternating-tile
 // kernel of the latent cache): which block a CTA runs, Q's copy where no TMA
-// box is the block's rows, and the epilogue from a warpgroup's accumulators
-// (out and LSE, partials, or the split pairs' merge through the cluster).
+// box is the block's rows, a paged tile's pages, a tile's masked scores, the
+// epilogue from a warpgroup's accumulators (out and LSE, partials, or the
+// split pairs' merge through the cluster), and on the host how a launch
+// runs its blocks and the combine after it.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
+#include "core/kv_cache.h"
 #include "cuda/common/copy.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/tma.cuh"
+#include "cuda/common/tma.h"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_launch.h"
 
 namespace fsdpa::detail::cuda::mla {
 
@@ -303,6 +309,108 @@ __device__ __forceinline__ MlaBlock mla_block(const DecodeParams& p) {
       pairs ? blk.split / 2 * 2 < sequence_splits(p, blk.len_k, blk.split_keys) : blk.valid;
   return {blk, pairs, runs};
 }
+
+// A paged tile's boxes: the pool pages of its kTileBoxes boxes and the row of
+// its first key in the first of them.
+template <int kTileBoxes>
+struct TilePages {
+  int page[kTileBoxes];
+  int row;
+};
+// The columns of the block table (a paged call's len_k is whole pages).
+__device__ __forceinline__ uint32_t table_columns(const DecodeParams& p) {
+  return static_cast<uint32_t>(p.kv.len_k) / static_cast<uint32_t>(p.kv.page_size);
+}
+// The pages of sequence `batch`'s tile that starts at key `key`, one box a
+// page it spans. A box past the table's last column reads that column's
+// page (its keys are past the sequence, masked).
+template <int kTileBoxes>
+__device__ __forceinline__ TilePages<kTileBoxes> tile_pages(const DecodeParams& p, int batch,
+                                                            int key, uint32_t columns) {
+  TilePages<kTileBoxes> pages{};
+  const PageSlot slot = page_slot(p.kv, key);
+  pages.row = static_cast<int>(slot.row);
+#pragma unroll
+  for (int box = 0; box < kTileBoxes; ++box)
+    pages.page[box] = static_cast<int>(
+        page_of(p.kv, batch, min(static_cast<uint32_t>(slot.column) + box, columns - 1)));
+  return pages;
+}
+
+// One row half h (a thread's row row0 + 8 h) of a tile's scores s (8-key
+// tiles from key k0) into the exp2 domain: a key the row sees (in `range`,
+// before `end`, the block's last) scaled, soft-capped and masked (the
+// row's mask offset `mask_row`, where has_mask), any other -inf.
+template <int kKeyTiles>
+__device__ __forceinline__ void mask_scores(const DecodeParams& p, float (&s)[kKeyTiles][4], int h,
+                                            int k0, int end, int2 range, int64_t mask_row,
+                                            bool has_mask, int quad) {
+#pragma unroll
+  for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = k0 + n * 8 + 2 * quad + e;
+      float x = kMinusInf;
+      if (key < end && key >= range.x && key < range.y) {
+        x = decode_kernel::capped_score(p, s[n][2 * h + e] * p.scale_log2);
+        if (has_mask) x += decode_kernel::mask_term(p, mask_row, key);
+      }
+      s[n][2 * h + e] = x;
+    }
+}
 #endif  // FSDPA_WGMMA_ARCH
+
+// ------------------------------------------------------------ the launch
+
+// k's map for tiles of tile_keys keys: dense k [B, Hkv, Lk, D] in boxes of
+// tile_keys keys, a pool [pages, page_size, Hkv, D] in boxes of a page's rows
+// (at most tile_keys).
+inline TileMap mla_k_map(const DecodeParams& p, int tile_keys) {
+  const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
+  if (p.kv.block_table != nullptr)
+    return make_swizzle128_map(p.k, p.kv.num_pages, p.heads_kv, p.kv.page_size, p.head_dim_qk,
+                               k_strides,
+                               static_cast<int>(std::min<int64_t>(p.kv.page_size, tile_keys)));
+  return make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
+                             tile_keys);
+}
+
+// How a launch runs its blocks, from the params: split pairs merged in a
+// two-block cluster where the splits pair up and the partials are staged,
+// not where the blocks are a list of splits over the lengths (decode_block),
+// whose neighbours need not be one row chunk's (the pairs' combine reads
+// half the partials: bench/NOTES.md, session 9); a pair of the only two
+// splits writes out itself (no combine). Q comes by TMA where a box of 64 /
+// Lq heads x Lq rows is a block's 64 packed rows and the heads are not
+// broadcast (stride 0: the map would hold one head), else by cp.async
+// (load_q); each block of a pair reads its own (a multicast to both measured
+// slower: session 10).
+struct MlaLaunch {
+  bool pairs, list, pair_out, q_by_tma;
+  TileMap q_map;
+};
+inline MlaLaunch mla_launch(const DecodeParams& p) {
+  MlaLaunch launch{};
+  launch.pairs = p.num_splits % 2 == 0 && staged_partials(p) && p.split_slots == 0;
+  launch.list = p.split_slots != 0;
+  launch.pair_out = launch.pairs && p.num_splits == 2;
+  launch.q_by_tma = kMlaRows % p.len_q == 0 && (p.heads_q == 1 || p.q_strides.head != 0);
+  if (launch.q_by_tma) {
+    const int64_t q_strides[3] = {p.q_strides.batch, p.q_strides.head, p.q_strides.row};
+    launch.q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides,
+                                       p.len_q, kMlaRows / p.len_q);
+  }
+  return launch;
+}
+// After the split kernel: the combine of its partials, where they are not
+// written out by split pairs (split k of the pairs' partials is 2k and
+// 2k + 1 merged).
+template <typename T>
+void launch_mla_combine(const DecodeParams& p, const MlaLaunch& launch, cudaStream_t stream) {
+  if (p.num_splits == 1 || launch.pair_out) return;
+  DecodeParams merged = p;
+  if (launch.pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;
+  launch_decode_combine<T>(merged, stream);
+}
 
 }  // namespace fsdpa::detail::cuda::mla

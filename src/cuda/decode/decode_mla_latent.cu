@@ -160,30 +160,14 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
   const int num_tiles = keys.end > keys.begin ? (keys.end - first_key + kTileK - 1) / kTileK : 0;
   const int num_pairs = (num_tiles + 1) / 2;
 
-  // The pool pages of tile t's boxes and the row of its first key in the
-  // first of them. A tile past the table's last column reads that column's
-  // page (its keys are past the sequence, masked).
-  struct TilePages {
-    int page[kTileBoxes];
-    int row;
-  };
-  const uint32_t table_columns =
-      paged ? static_cast<uint32_t>(p.kv.len_k) / static_cast<uint32_t>(p.kv.page_size) : 0;
-  auto tile_pages = [&](int tile) {
-    TilePages pages{};
-    const PageSlot slot = page_slot(p.kv, first_key + tile * kTileK);
-    pages.row = static_cast<int>(slot.row);
-#pragma unroll
-    for (int box = 0; box < kTileBoxes; ++box)
-      pages.page[box] = static_cast<int>(page_of(
-          p.kv, blk.batch, min(static_cast<uint32_t>(slot.column) + box, table_columns - 1)));
-    return pages;
-  };
+  const uint32_t columns = paged ? table_columns(p) : 0;
   // Panels [first, first + count) of tile t into buffer t % 2 (keys past
   // the tensor's or page's end and columns past the head dim as zeros).
   auto load_panels = [&](int tile, int first, int count) {
     const int buffer = tile % 2;
-    const TilePages pages = paged ? tile_pages(tile) : TilePages{};
+    const TilePages<kTileBoxes> pages =
+        paged ? tile_pages<kTileBoxes>(p, blk.batch, first_key + tile * kTileK, columns)
+              : TilePages<kTileBoxes>{};
     for (int panel = first; panel < first + count; ++panel) {
       const uint32_t destination = shared_k + buffer * kBufferBytes + panel * kPanelBytes;
       const uint32_t full = panel_full(buffer, panel);
@@ -288,22 +272,9 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
                            k0 + kTileK <= keys.common_end;
     if (!full_tile) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int2 range = row_keys(p, blk, row0 + 8 * h);
-        const int64_t mask_row = has_mask ? row_mask_offset(p, blk, row0 + 8 * h) : 0;
-#pragma unroll
-        for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = k0 + n * 8 + 2 * quad + e;
-            float x = kMinusInf;
-            if (key < keys.end && key >= range.x && key < range.y) {
-              x = capped_score(p, s[0][n][2 * h + e] * p.scale_log2);
-              if (has_mask) x += mask_term(p, mask_row, key);
-            }
-            s[0][n][2 * h + e] = x;
-          }
-      }
+      for (int h = 0; h < 2; ++h)  // (the rows' ranges found here: registers are short)
+        mask_scores(p, s[0], h, k0, keys.end, row_keys(p, blk, row0 + 8 * h),
+                    has_mask ? row_mask_offset(p, blk, row0 + 8 * h) : 0, has_mask, quad);
     }
     const ScaledScores map{full_tile ? p.scale_log2 : 1.f};
     // O's factor this pair (from the max before it to the agreed one after it).
@@ -446,59 +417,42 @@ AlternatingKernel alternating_kernel(bool list, bool pair_out) {
 // The kernel for a panel's box count (0: dense), with or without a list.
 template <typename T>
 AlternatingKernel alternating_kernel(int boxes, bool list, bool pair_out) {
-  switch (boxes) {
-    case 0:
-      return alternating_kernel<T, 0>(list, pair_out);
-    case 1:
-      return alternating_kernel<T, 1>(list, pair_out);
-    case 2:
-      return alternating_kernel<T, 2>(list, pair_out);
-    case 4:
-      return alternating_kernel<T, 4>(list, pair_out);
-    case 8:
-      return alternating_kernel<T, 8>(list, pair_out);
-    default:
-      throw Error("fsdpa: internal: no alternating MLA kernel reads a panel in " +
-                  std::to_string(boxes) + " boxes");
+  if constexpr (!kMlaLatentBuilt) {
+    throw Error("fsdpa: internal: the alternating MLA kernel's instances are not compiled");
+  } else {
+    switch (boxes) {
+      case 0:
+        return alternating_kernel<T, 0>(list, pair_out);
+      case 1:
+        return alternating_kernel<T, 1>(list, pair_out);
+      case 2:
+        return alternating_kernel<T, 2>(list, pair_out);
+      case 4:
+        return alternating_kernel<T, 4>(list, pair_out);
+      case 8:
+        return alternating_kernel<T, 8>(list, pair_out);
+      default:
+        throw Error("fsdpa: internal: no alternating MLA kernel reads a panel in " +
+                    std::to_string(boxes) + " boxes");
+    }
   }
 }
 
 template <typename T>
 void launch_alternating(const DecodeParams& p, cudaStream_t stream) {
-  const int64_t k_strides[3] = {p.k_strides.outer, p.k_strides.head, p.k_strides.row};
-  // Dense k [B, Hkv, Lk, D] in 64-key boxes; a pool [pages, page_size, Hkv,
-  // D] in boxes of a page's rows (at most 64).
   const bool paged = p.kv.block_table != nullptr;
-  const TileMap k_map =
-      paged ? make_swizzle128_map(
-                  p.k, p.kv.num_pages, p.heads_kv, p.kv.page_size, p.head_dim_qk, k_strides,
-                  static_cast<int>(std::min<int64_t>(p.kv.page_size, kMlaAlternatingTileK)))
-            : make_swizzle128_map(p.k, p.batch, p.heads_kv, p.len_k, p.head_dim_qk, k_strides,
-                                  kMlaAlternatingTileK);
-  // Split pairs and Q by TMA where decode_mla.cu's kernel takes them (launch_mla).
-  const bool pairs = p.num_splits % 2 == 0 && staged_partials(p) && p.split_slots == 0;
-  const bool q_by_tma = kMlaRows % p.len_q == 0 && (p.heads_q == 1 || p.q_strides.head != 0);
-  TileMap q_map{};
-  if (q_by_tma) {
-    const int64_t q_strides[3] = {p.q_strides.batch, p.q_strides.head, p.q_strides.row};
-    q_map = make_swizzle128_map(p.q, p.batch, p.heads_q, p.len_q, p.head_dim_qk, q_strides, p.len_q,
-                                kMlaRows / p.len_q);
-  }
-  const bool list = p.split_slots != 0;
-  const bool pair_out = pairs && p.num_splits == 2;
+  const TileMap k_map = mla_k_map(p, kMlaAlternatingTileK);
+  const MlaLaunch launch = mla_launch(p);
   const int boxes = paged ? mla_alternating_tile_boxes(p.kv.page_size) : 0;
   if (paged && boxes == 0)
     throw Error("fsdpa: internal: the alternating MLA kernel takes no pages of " +
                 std::to_string(p.kv.page_size) + " rows");
-  launch_programmatic_clusters(alternating_kernel<T>(boxes, list, pair_out),
-                               dim3(static_cast<unsigned>(decode_grid_blocks(p))), pairs ? 2 : 1,
-                               kMlaThreads, kMlaAlternatingSharedBytes, stream,
-                               "alternating_mla_kernel", p, k_map, q_map, q_by_tma ? 1 : 0);
-  if (p.num_splits > 1 && !pair_out) {
-    DecodeParams merged = p;
-    if (pairs) merged.num_splits /= 2, merged.keys_per_split *= 2;  // split k: 2k and 2k + 1
-    launch_decode_combine<T>(merged, stream);
-  }
+  launch_programmatic_clusters(alternating_kernel<T>(boxes, launch.list, launch.pair_out),
+                               dim3(static_cast<unsigned>(decode_grid_blocks(p))),
+                               launch.pairs ? 2 : 1, kMlaThreads, kMlaAlternatingSharedBytes,
+                               stream, "alternating_mla_kernel", p, k_map, launch.q_map,
+                               launch.q_by_tma ? 1 : 0);
+  launch_mla_combine<T>(p, launch, stream);
 }
 
 }  // namespace
@@ -513,9 +467,7 @@ const MlaKernelFacts kAlternatingFacts{"the alternating MLA kernel", mla_alterna
 }  // namespace
 
 Verdict prefill_mla_alternating_supports(const Problem& p, const Options& options) {
-  if (p.len_q <= kDecodeMaxLenQ)
-    return Verdict::other_row("len_q=" + std::to_string(p.len_q) + " is within the decode limit " +
-                              std::to_string(kDecodeMaxLenQ) + " (decode family)");
+  if (Verdict limit = past_decode_limit(p); !limit.ok) return limit;
   return mla_latent_supports(p, options, kAlternatingFacts);
 }
 
