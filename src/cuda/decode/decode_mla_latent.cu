@@ -57,7 +57,15 @@ namespace {
 
 using namespace mla;
 
-#if FSDPA_WGMMA_ARCH
+// The kernel's device code: for sm_90a, in a build of the 576/512 bucket
+// (kMlaLatentBuilt; else no instance exists and these would be unused).
+#if FSDPA_WGMMA_ARCH && defined(FSDPA_BUILT_DECODE_576x512)
+#define FSDPA_ALTERNATING_MLA_CODE 1
+#else
+#define FSDPA_ALTERNATING_MLA_CODE 0
+#endif
+
+#if FSDPA_ALTERNATING_MLA_CODE
 constexpr int kTileK = kMlaAlternatingTileK;
 constexpr int kPanels = kMlaAlternatingPanels;
 constexpr uint32_t kPanelBytes = kMlaAlternatingPanelBytes;
@@ -89,7 +97,7 @@ __device__ __forceinline__ void store_p_panel(const uint32_t (&pa)[kKSteps][4], 
       }
   }
 }
-#endif  // FSDPA_WGMMA_ARCH
+#endif  // FSDPA_ALTERNATING_MLA_CODE
 
 // kBoxes: 0 where k is dense, else k is a page pool read through the block
 // table, each panel of a tile in kBoxes boxes of 64 / kBoxes rows of one page
@@ -101,7 +109,7 @@ template <typename T, int kBoxes, bool kList, bool kPairOut>
 __global__ void __launch_bounds__(kMlaThreads, 1)
     alternating_mla_kernel(const DecodeParams p, const __grid_constant__ TileMap k_map,
                            const __grid_constant__ TileMap q_map, int q_by_tma) {
-#if FSDPA_WGMMA_ARCH
+#if FSDPA_ALTERNATING_MLA_CODE
   using namespace decode_kernel;
   using prefill_impl::p_fragment;
   using prefill_impl::rescale_output;
@@ -398,7 +406,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const bool bad = store_rows<T, kHalfDv>(p, blk, o[0], stats_s, warpgroup, warp, group, quad);
     if (p.num_splits == 1) decode_kernel::repair_block_rows<T>(p, blk, bad);
   }
-#endif  // FSDPA_WGMMA_ARCH
+#endif  // FSDPA_ALTERNATING_MLA_CODE
 }
 
 // The staged rows (64 x (2 x 256 + 8) floats) fit the two buffers.
