@@ -8,7 +8,8 @@ use within each kernel, `.reg` declarations dropped and the hash nvcc puts in
 anonymous-namespace names removed, so that what remains differs only where
 the code does. A file that differs gets a count of changed blocks and of
 those within --near lines of a product or an asynchronous copy (mma.sync,
-ldmatrix, wgmma, cp.async), the hot code of every kernel here.
+ldmatrix, wgmma, cp.async), the hot code of every kernel here. A file that differs is compared kernel by
+kernel (.entry), each differing kernel named.
 
     python3 scripts/ptx_diff.py [--base REV] [--arch 90a] [-D NAME=VALUE ...] FILE...
 
@@ -72,6 +73,21 @@ def normalized(text):
     return lines
 
 
+def kernels(lines):
+    """The lines of each .entry (by its name; the text before the first and
+    the functions outside any kernel as "(rest)")."""
+    bodies, name = {"(rest)": []}, "(rest)"
+    for line in lines:
+        entry = re.search(r"\.entry\s+([\w$]+)", line)
+        if entry:
+            name = entry.group(1)
+            bodies[name] = []
+        elif re.match(r"\s*\.(visible|weak|extern)?\s*\.func\b", line):
+            name = "(rest)"
+        bodies[name].append(line)
+    return bodies
+
+
 def compare(before, after, near):
     matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
     blocks = hot = 0
@@ -109,9 +125,19 @@ def main():
             if before == after:
                 print(f"{source}: identical (sm_{args.arch})")
                 continue
-            blocks, hot = compare(before, after, args.near)
-            print(f"{source}: differs (sm_{args.arch}): {blocks} changed blocks, {hot} within "
-                  f"{args.near} lines of a product or an asynchronous copy")
+            # Kernel by kernel: a file of many instances differs in a few, and
+            # one difflib pass over the whole file takes minutes.
+            kernels_before, kernels_after = kernels(before), kernels(after)
+            same = sum(kernels_before.get(name) == body for name, body in kernels_after.items())
+            print(f"{source}: differs (sm_{args.arch}): {same} of {len(kernels_after)} kernels "
+                  f"identical")
+            for name in sorted(set(kernels_before) | set(kernels_after)):
+                if name not in kernels_after or name not in kernels_before:
+                    print(f"  {name}: only {'before' if name in kernels_before else 'after'}")
+                elif kernels_before[name] != kernels_after[name]:
+                    blocks, hot = compare(kernels_before[name], kernels_after[name], args.near)
+                    print(f"  {name}: {blocks} changed blocks, {hot} within {args.near} lines "
+                          f"of a product or an asynchronous copy")
             status = 1
     return status
 
