@@ -73,7 +73,8 @@ Verdict past_decode_limit(const Problem& problem);
 
 // The latent-cache MLA kernels' instances are the 576/512 bucket's: compiled
 // when FSDPA_HEAD_DIMS selects it, as the decode family's 576/512 instances
-// are (CMake defines FSDPA_BUILT_DECODE_576x512).
+// are (CMake defines FSDPA_BUILT_DECODE_576x512). Without them the MLA rows
+// decline in decode_kernel_supports (no compiled decode bucket covers 576/512).
 #if defined(FSDPA_BUILT_DECODE_576x512)
 inline constexpr bool kMlaLatentBuilt = true;
 #else
@@ -82,8 +83,9 @@ inline constexpr bool kMlaLatentBuilt = false;
 
 // What a latent-cache MLA kernel (decode_mla.cu, decode_mla_latent.cu) needs
 // of a problem at any len_q: bf16/f16, v a view of k's first Dv columns,
-// 512 < Dqk <= 576, its instances compiled, a page size it takes, TMA's
-// 16-byte rows, a 90a build and device, its shared memory.
+// 512 < Dqk <= 576, a page size it takes, TMA's 16-byte rows, a 90a build
+// and device, its shared memory (and decode_kernel_supports' rules, the
+// compiled 576/512 bucket among them).
 Verdict mla_latent_supports(const Problem& problem, const Options& options,
                             const MlaKernelFacts& kernel);
 

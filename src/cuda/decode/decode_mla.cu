@@ -327,11 +327,7 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
       // key of the tile and no cap applies.
       const bool full_tile = !has_mask && p.softcap_log2 == 0.f && k0 >= keys.common_begin &&
                              k0 + kMlaTileK <= keys.common_end;
-      if (!full_tile) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          mask_scores(p, s[0], h, k0, keys.end, range[h], mask_row[h], has_mask, quad);
-      }
+      if (!full_tile) mask_scores(p, s[0], k0, keys.end, range, mask_row, has_mask, quad);
       float correction[1][2];
       const bool rescale = softmax_scores(s, row_max, row_sum, correction,
                                           ScaledScores{full_tile ? p.scale_log2 : 1.f});
@@ -561,10 +557,6 @@ Verdict mla_latent_supports(const Problem& p, const Options& options,
   if (p.head_dim_qk <= 512)
     return Verdict::other_row("head_dim_qk=" + std::to_string(p.head_dim_qk) + ": " + kernel.name +
                               " serves 512 < head_dim_qk <= 576");
-  if (!kMlaLatentBuilt)
-    return Verdict::no(std::string(kernel.name) +
-                       "'s 576/512 instances are not compiled into this build (FSDPA_HEAD_DIMS "
-                       "has no 576)");
   if (p.page_size > 0 && kernel.tile_boxes(p.page_size) == 0)
     return Verdict::other_row("page_size=" + std::to_string(p.page_size) + ": " + kernel.name +
                               "'s TMA boxes take pages of " + kernel.pages +

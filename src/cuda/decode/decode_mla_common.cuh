@@ -337,25 +337,26 @@ __device__ __forceinline__ TilePages<kTileBoxes> tile_pages(const DecodeParams& 
   return pages;
 }
 
-// One row half h (a thread's row row0 + 8 h) of a tile's scores s (8-key
-// tiles from key k0) into the exp2 domain: a key the row sees (in `range`,
-// before `end`, the block's last) scaled, soft-capped and masked (the
-// row's mask offset `mask_row`, where has_mask), any other -inf.
+// A tile's scores s (8-key tiles from key k0; a thread's rows row0 and
+// row0 + 8, halves h = 0, 1) into the exp2 domain: a key row half h sees
+// (in range[h], before `end`, the block's last) scaled, soft-capped and
+// masked (the row's mask offset mask_row[h], where has_mask), any other
+// -inf.
 template <int kKeyTiles>
-__device__ __forceinline__ void mask_scores(const DecodeParams& p, float (&s)[kKeyTiles][4], int h,
-                                            int k0, int end, int2 range, int64_t mask_row,
-                                            bool has_mask, int quad) {
+__device__ __forceinline__ void mask_scores(const DecodeParams& p, float (&s)[kKeyTiles][4], int k0,
+                                            int end, const int2 (&range)[2],
+                                            const int64_t (&mask_row)[2], bool has_mask, int quad) {
 #pragma unroll
   for (int n = 0; n < kKeyTiles; ++n)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = k0 + n * 8 + 2 * quad + e;
+    for (int e = 0; e < 4; ++e) {
+      const int h = e / 2, key = k0 + n * 8 + 2 * quad + e % 2;
       float x = kMinusInf;
-      if (key < end && key >= range.x && key < range.y) {
-        x = decode_kernel::capped_score(p, s[n][2 * h + e] * p.scale_log2);
-        if (has_mask) x += decode_kernel::mask_term(p, mask_row, key);
+      if (key < end && key >= range[h].x && key < range[h].y) {
+        x = decode_kernel::capped_score(p, s[n][e] * p.scale_log2);
+        if (has_mask) x += decode_kernel::mask_term(p, mask_row[h], key);
       }
-      s[n][2 * h + e] = x;
+      s[n][e] = x;
     }
 }
 #endif  // FSDPA_WGMMA_ARCH

@@ -279,10 +279,11 @@ __global__ void __launch_bounds__(kMlaThreads, 1)
     const bool full_tile = !has_mask && p.softcap_log2 == 0.f && k0 >= keys.common_begin &&
                            k0 + kTileK <= keys.common_end;
     if (!full_tile) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h)  // (the rows' ranges found here: registers are short)
-        mask_scores(p, s[0], h, k0, keys.end, row_keys(p, blk, row0 + 8 * h),
-                    has_mask ? row_mask_offset(p, blk, row0 + 8 * h) : 0, has_mask, quad);
+      // The rows' ranges found here, not before the loop: registers are short.
+      const int2 range[2] = {row_keys(p, blk, row0), row_keys(p, blk, row0 + 8)};
+      const int64_t mask_row[2] = {has_mask ? row_mask_offset(p, blk, row0) : 0,
+                                   has_mask ? row_mask_offset(p, blk, row0 + 8) : 0};
+      mask_scores(p, s[0], k0, keys.end, range, mask_row, has_mask, quad);
     }
     const ScaledScores map{full_tile ? p.scale_log2 : 1.f};
     // O's factor this pair (from the max before it to the agreed one after it).
