@@ -10,7 +10,7 @@
 #   here, once:  mkdir -p .devbuild/deps/include && cp -r /usr/src/googletest .devbuild/deps/ &&
 #                cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .devbuild/deps/include/
 #                (the command's CLI11, nlohmann/json and {fmt} headers, in case the machine lacks them)
-#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|profile|durations|runs|trace]   (carry: .devbuild/deps,
+#   run:         bash bench/device.sh [all|tests|bench|prefill|decode|route|coverage|ecosystem|verify|variants|paged|mla|profile|durations|runs|trace]   (carry: .devbuild/deps,
 #                and .devbuild/variants for AB=1; AB_ONLY=1 skips the decode stage's
 #                side-by-side bench of the tree, leaving its tests and the A/B;
 #                DECODE_TESTS=0 skips the tree's decode tests and sanitizers;
@@ -62,6 +62,10 @@ HEAD_DIMS=${FSDPA_HEAD_DIMS:-all}
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+case "$STAGES" in
+  all | tests | bench | prefill | decode | route | coverage | ecosystem | verify | variants | paged | mla | profile | durations | runs | trace) ;;
+  *) say "stage '$STAGES': not one of all, tests, bench, prefill, decode, route, coverage, ecosystem, verify, variants, paged, mla, profile, durations, runs, trace"; exit 2 ;;
+esac
 case "$STAGES:${COVERAGE_TESTS:-1}" in
   coverage:1 | coverage:large | coverage:0) ;;
   coverage:*) say "COVERAGE_TESTS=${COVERAGE_TESTS}: not one of 1, large, 0"; exit 2 ;;
@@ -646,6 +650,72 @@ run_launch_cost() {
 # graphs, the transformers backend), the call-overhead bench, the small
 # decodes by split count (bench/decode_splits.py: the split rule and the
 # cluster merge), and `pip install` of the CUDA build into a fresh venv.
+# `mla`: the loop for the MLA kernels (decode_mla.cu's 32-key kernel,
+# decode_mla_latent.cu's alternating one; FSDPA_HEAD_DIMS=576 builds what it
+# needs): `fsdpa run --check` on MLA shapes through both (decode and prefill,
+# dense and paged, forced splits: split pairs, pairs that write out, the
+# combine), the decode, paged and prefill suites' MLA tests, memcheck and
+# racecheck on both kernels, the A/B of the two MLA prefill rows (eager
+# medians, alternated twice) and decode_bench.py's MLA row.
+if [ "$STAGES" = mla ]; then
+  mla_run=(--device cuda --dqk 576 --dv 512 --mla --hkv 1)
+  mla_check() {  # a label, then `fsdpa run` arguments
+    local label=$1 out status
+    shift
+    out=$(timeout "$(limit 60)" $BUILD/bin/fsdpa run "${mla_run[@]}" "$@" --check --repeat 1 2>&1)
+    status=$?
+    say "[$status] $label | $(echo "$out" | grep -E '^(kernel|splits)' | awk '{print $2}' | tr '\n' ' ')| $(echo "$out" | grep -E '^check|rror|fsdpa:' | tr '\n' ' ' | cut -c1-150)"
+  }
+  mla_check "decode h128 lk 32768" --hq 128 --lq 1 --lk 32768
+  mla_check "decode h16 b3 paged 16 ragged causal" --hq 16 --batch 3 --lq 2 --lk 700 --page-size 16 --seq-lens 700,1,333 --causal
+  mla_check "decode h16 paged 8 window sinks lse" --hq 16 --batch 2 --lq 4 --lk 3000 --page-size 8 --window 500 --sinks --lse
+  mla_check "prefill lq 17" --hq 16 --lq 17 --lk 4099
+  mla_check "prefill lq 40 paged 8 ragged causal" --hq 16 --batch 3 --lq 40 --lk 700 --page-size 8 --seq-lens 700,41,333 --causal
+  mla_check "prefill lq 64 paged 32 window" --hq 16 --batch 2 --lq 64 --lk 3000 --page-size 32 --window 500 --causal
+  mla_check "prefill lq 33 paged 64 ragged mask" --hq 8 --batch 4 --lq 33 --lk 2000 --page-size 64 --seq-lens 2000,100,1500,64 --mask boolean
+  mla_check "prefill lq 20 paged 128 sinks lse" --hq 16 --batch 2 --lq 20 --lk 5000 --page-size 128 --sinks --lse
+  mla_check "prefill lq 40 paged 96 (32-key kernel)" --hq 16 --batch 2 --lq 40 --lk 1000 --page-size 96
+  mla_check "prefill lq 100 softcap f16 top-left" --hq 16 --lq 100 --lk 2500 --softcap 30 --dtype f16 --causal top-left
+  mla_check "prefill lq 300 causal (32-key kernel)" --hq 16 --lq 300 --lk 700 --causal --row cuda_fused_prefill_mla
+  for splits in 2 3 16; do
+    FSDPA_DECODE_SPLITS=$splits mla_check "splits $splits prefill lq 20" --hq 16 --lq 20 --lk 5000 --lse
+    FSDPA_DECODE_SPLITS=$splits mla_check "splits $splits prefill lq 20 paged 64" --hq 16 --batch 2 --lq 20 --lk 3000 --page-size 64
+    FSDPA_DECODE_SPLITS=$splits mla_check "splits $splits decode paged 32" --hq 16 --batch 2 --lq 1 --lk 3000 --page-size 32
+  done
+  : >"$OUT/tests.log"
+  GTEST_FILTER='*Mla*' run_test "$OUT/tests.log" 150 gpu_test_decode
+  GTEST_FILTER='*Mla*' run_test "$OUT/tests.log" 90 gpu_test_paged
+  GTEST_FILTER='*D576x512*_mla*:PrefillSelection.Mla*' run_test "$OUT/tests.log" 150 gpu_test_prefill
+  report_tests
+  sanitize_small gpu_test_prefill '*H16x1_L97x333_D576x512_bf16_mla*:*PrefillAwkward*D576x512*mla*causalBR_fused' 150 mla-prefill
+  sanitize_small gpu_test_decode 'Decode.MlaSemantics*:Decode.MlaSplitPairs*' 150 mla-decode
+  for args in "--hq 16 --lq 300 --lk 700 --causal --lse" "--hq 16 --batch 2 --lq 40 --lk 3000 --page-size 64 --seq-lens 3000,700"; do
+    read -r -a extra <<<"$args"
+    FSDPA_DECODE_SPLITS=2 timeout "$(limit 60)" compute-sanitizer --tool racecheck --error-exitcode 9 \
+      $BUILD/bin/fsdpa run "${mla_run[@]}" "${extra[@]}" --repeat 1 >>"$OUT/sanitizer-mla-runs.log" 2>&1
+    say "racecheck fsdpa run $args (2 splits): rc=$? $(grep -E 'RACECHECK SUMMARY' "$OUT/sanitizer-mla-runs.log" | tail -1)"
+  done
+  mla_rate() {
+    timeout "$(limit 40)" $BUILD/bin/fsdpa run "${mla_run[@]}" "$@" --repeat 10 2>&1 |
+      grep -E '^(splits|time|rate)' | tr '\n' ' ' | cut -c1-150
+  }
+  for shape in "--hq 16 --lq 8192 --lk 8192" "--hq 16 --lq 8192 --lk 8192 --causal" \
+    "--hq 128 --lq 2048 --lk 32768" "--hq 128 --lq 32 --lk 32768"; do
+    read -r -a extra <<<"$shape"
+    for rep in 1 2; do
+      for row in cuda_fused_prefill_mla cuda_fused_prefill_mla_alternating; do
+        say "A/B $shape $row: $(mla_rate "${extra[@]}" --row $row)"
+      done
+    done
+  done
+  mkdir -p "$OUT/bench"
+  FSDPA_LIBRARY=$PWD/$BUILD/libfsdpa.so PYTHONUNBUFFERED=1 timeout "$(limit 120)" \
+    python3 bench/decode_bench.py --rows 15 --out "$OUT/bench/h200-decode-mla.json" \
+    --md "$OUT/bench/h200-decode-mla.md" >"$OUT/bench-decode.log" 2>&1
+  say "decode bench (MLA row): rc=$?"
+  grep -E "^\('" "$OUT/bench-decode.log" | cut -c1-200 | tee -a "$SUMMARY"
+fi
+
 if [ "$STAGES" = ecosystem ]; then
   [ "${ECOSYSTEM_SUITES:-1}" = 1 ] && run_gpu_suites 240 200 120
   run_python_gpu_tests 300
