@@ -432,23 +432,8 @@ MlaKernel mla_kernel(bool list, bool pair_out) {
 // The latent cache's kernel for a page size (0: dense), with or without a list.
 template <typename T>
 MlaKernel latent_kernel(int boxes, bool list, bool pair_out) {
-  if constexpr (!kMlaLatentBuilt) {
-    throw Error("fsdpa: internal: the MLA kernel's 576/512 instances are not compiled");
-  } else {
-    switch (boxes) {
-      case 0:
-        return mla_kernel<T, 0>(list, pair_out);
-      case 1:
-        return mla_kernel<T, 1>(list, pair_out);
-      case 2:
-        return mla_kernel<T, 2>(list, pair_out);
-      case 4:
-        return mla_kernel<T, 4>(list, pair_out);
-      default:
-        throw Error("fsdpa: internal: no MLA kernel reads a tile in " + std::to_string(boxes) +
-                    " boxes");
-    }
-  }
+  return latent_instance<MlaKernel, 0, 1, 2, 4>(
+      "the MLA kernel", boxes, [&]<int kBoxes>() { return mla_kernel<T, kBoxes>(list, pair_out); });
 }
 
 template <typename T, int kShapeIndex>

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "core/kv_cache.h"
 #include "cuda/common/copy.cuh"
@@ -21,7 +22,9 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/decode/decode_common.cuh"
 #include "cuda/decode/decode_config.h"
+#include "cuda/decode/decode_host.h"
 #include "cuda/decode/decode_launch.h"
+#include "fsdpa/fsdpa.h"
 
 namespace fsdpa::detail::cuda::mla {
 
@@ -403,6 +406,23 @@ inline MlaLaunch mla_launch(const DecodeParams& p) {
   }
   return launch;
 }
+// A latent-cache kernel's instance for a tile's box count `boxes` (0: dense
+// k, else a page pool read in that many boxes a panel), one of kBoxCounts:
+// make.template operator()<kBoxes>(). A build without the 576/512 bucket
+// (kMlaLatentBuilt) has none, and instantiates none of make's.
+template <typename Kernel, int... kBoxCounts, typename Make>
+Kernel latent_instance(const char* kernel, int boxes, const Make& make) {
+  Kernel instance = nullptr;
+  if constexpr (kMlaLatentBuilt)
+    (void)((boxes == kBoxCounts && (instance = make.template operator()<kBoxCounts>(), true)) ||
+           ...);
+  if (instance == nullptr)
+    throw Error(std::string("fsdpa: internal: ") + kernel + " has no instance for " +
+                std::to_string(boxes) + " boxes a tile" +
+                (kMlaLatentBuilt ? "" : " (the 576/512 bucket is not built)"));
+  return instance;
+}
+
 // After the split kernel: the combine of its partials, where they are not
 // written out by split pairs (split k of the pairs' partials is 2k and
 // 2k + 1 merged).

@@ -426,25 +426,9 @@ AlternatingKernel alternating_kernel(bool list, bool pair_out) {
 // The kernel for a panel's box count (0: dense), with or without a list.
 template <typename T>
 AlternatingKernel alternating_kernel(int boxes, bool list, bool pair_out) {
-  if constexpr (!kMlaLatentBuilt) {
-    throw Error("fsdpa: internal: the alternating MLA kernel's instances are not compiled");
-  } else {
-    switch (boxes) {
-      case 0:
-        return alternating_kernel<T, 0>(list, pair_out);
-      case 1:
-        return alternating_kernel<T, 1>(list, pair_out);
-      case 2:
-        return alternating_kernel<T, 2>(list, pair_out);
-      case 4:
-        return alternating_kernel<T, 4>(list, pair_out);
-      case 8:
-        return alternating_kernel<T, 8>(list, pair_out);
-      default:
-        throw Error("fsdpa: internal: no alternating MLA kernel reads a panel in " +
-                    std::to_string(boxes) + " boxes");
-    }
-  }
+  return latent_instance<AlternatingKernel, 0, 1, 2, 4, 8>(
+      "the alternating MLA kernel", boxes,
+      [&]<int kBoxes>() { return alternating_kernel<T, kBoxes>(list, pair_out); });
 }
 
 template <typename T>
